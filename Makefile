@@ -1,0 +1,40 @@
+# The two commands a new machine needs are `make demo` and `make test`; every other target is a step of those.
+PY := .venv/bin/python
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
+
+.PHONY: setup demo test lint unit integration vm proto bench clean
+
+setup: .venv/.installed
+
+.venv/.installed: pyproject.toml hack/setup
+	hack/setup
+	touch $@
+
+demo: setup
+	hack/demo
+
+lint: setup
+	ruff check .
+	mypy
+	lint-imports
+	hack/gen-proto --check
+
+unit: setup
+	$(PY) -m pytest -m "not integration and not vm" tests
+
+integration: setup
+	$(PY) -m pytest -m integration tests/integration
+
+vm: setup
+	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
+
+test: lint unit integration vm
+
+proto: setup
+	hack/gen-proto
+
+bench: setup
+	hack/bench
+
+clean:
+	rm -rf .venv .cache

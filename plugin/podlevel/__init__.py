@@ -1,0 +1,1 @@
+"""nri-podlevel: kubelet pod-level resource managers as a containerd NRI plugin."""

@@ -1,0 +1,54 @@
+"""The engine's two kinds of failure.
+
+`InputError` is bad input (a malformed quantity, cpuset or topology spec, a pod that breaks an API rule): the
+caller gave something the engine cannot reason about. `AdmissionError` is a well-formed pod the node refuses;
+it carries the kubelet's admission type string so operators see the same reason a kubelet would give.
+Neither changes engine state: every engine operation either returns a new state or raises.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+TOPOLOGY_AFFINITY_ERROR: Final = "TopologyAffinityError"
+SMT_ALIGNMENT_ERROR: Final = "SMTAlignmentError"
+EMPTY_POD_SHARED_POOL_ERROR: Final = "EmptyPodSharedPoolError"
+UNEXPECTED_ADMISSION_ERROR: Final = "UnexpectedAdmissionError"
+
+
+class InputError(ValueError):
+    """Input that breaks a syntax or API rule; `rule` names the rule (e.g. "quantity", "cpuset")."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"{rule}: {message}")
+        self.rule = rule
+        self.message = message
+
+
+class AdmissionError(Exception):
+    """A pod the node refuses. `type` is the kubelet's admission reason string."""
+
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(f"{type_}: {message}")
+        self.type = type_
+        self.message = message
+
+
+class TopologyAffinityError(AdmissionError):
+    def __init__(self, message: str) -> None:
+        super().__init__(TOPOLOGY_AFFINITY_ERROR, message)
+
+
+class SMTAlignmentError(AdmissionError):
+    def __init__(self, message: str) -> None:
+        super().__init__(SMT_ALIGNMENT_ERROR, message)
+
+
+class EmptyPodSharedPoolError(AdmissionError):
+    def __init__(self, message: str) -> None:
+        super().__init__(EMPTY_POD_SHARED_POOL_ERROR, message)
+
+
+class UnexpectedAdmissionError(AdmissionError):
+    def __init__(self, message: str) -> None:
+        super().__init__(UNEXPECTED_ADMISSION_ERROR, message)

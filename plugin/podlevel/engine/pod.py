@@ -1,0 +1,104 @@
+"""The engine's own pod model: what the managers need to know of a pod, in exact integer units.
+
+Resource maps use the Kubernetes resource names: `cpu` in millicores, `memory` and `hugepages-<size>` in
+bytes. Built from a Pod manifest (`podlevel.podspec`) or from runtime data (the NRI side); the engine does not
+care which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
+
+CPU: Final = "cpu"
+MEMORY: Final = "memory"
+HUGEPAGES_PREFIX: Final = "hugepages-"
+
+
+def is_memory_resource(name: str) -> bool:
+    """Resources the memory manager accounts per NUMA node."""
+    return name == MEMORY or name.startswith(HUGEPAGES_PREFIX)
+
+
+class ContainerKind(StrEnum):
+    INIT = "init"
+    """A standard init container: runs to completion before the next one starts."""
+    SIDECAR = "sidecar"
+    """A restartable init container (`restartPolicy: Always`): runs for the pod's whole life."""
+    APP = "app"
+
+
+class QOSClass(StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+def _frozen(values: Mapping[str, int] | None = None) -> Mapping[str, int]:
+    return MappingProxyType(dict(values or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    requests: Mapping[str, int] = field(default_factory=_frozen)
+    limits: Mapping[str, int] = field(default_factory=_frozen)
+
+    def request(self, name: str) -> int:
+        """The request, defaulting to the limit as the API server does when only a limit is given."""
+        return self.requests.get(name, self.limits.get(name, 0))
+
+    def is_empty(self) -> bool:
+        return not self.requests and not self.limits
+
+    def is_equivalent_guaranteed(self) -> bool:
+        """CPU and memory requests non-zero and equal to their limits (`IsContainerEquivalentQOSGuaranteed`)."""
+        for name in (CPU, MEMORY):
+            request, limit = self.request(name), self.limits.get(name, 0)
+            if request == 0 or request != limit:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    name: str
+    kind: ContainerKind = ContainerKind.APP
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    uid: str
+    name: str
+    namespace: str = "default"
+    resources: Resources | None = None
+    """Pod-level `.spec.resources`; None when the pod declares none."""
+    init_containers: tuple[Container, ...] = ()
+    """Standard init containers and sidecars, in declaration order (their kind tells them apart)."""
+    containers: tuple[Container, ...] = ()
+
+    @property
+    def all_containers(self) -> tuple[Container, ...]:
+        return self.init_containers + self.containers
+
+    def container(self, name: str) -> Container | None:
+        for container in self.all_containers:
+            if container.name == name:
+                return container
+        return None
+
+    def qos_class(self) -> QOSClass:
+        """QoS from pod-level resources when set (KEP-5526), else from the containers, as `GetPodQOS` does."""
+        sources = [self.resources] if self.resources is not None else [c.resources for c in self.all_containers]
+        if all(r.is_empty() for r in sources):
+            return QOSClass.BEST_EFFORT
+        for r in sources:
+            if not r.is_equivalent_guaranteed():
+                return QOSClass.BURSTABLE
+            for name in r.requests.keys() | r.limits.keys():
+                if r.request(name) != r.limits.get(name, 0):
+                    return QOSClass.BURSTABLE
+        return QOSClass.GUARANTEED

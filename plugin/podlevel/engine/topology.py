@@ -1,0 +1,218 @@
+"""The machine model the engine allocates on: CPUs, cores, sockets, NUMA nodes, distances, memory.
+
+Built once (from sysfs by `podlevel.sysfs`, or from a synthetic spec here) and never mutated. Every grouping
+the allocation algorithms ask for (CPUs of a NUMA node, of a socket, of a core, of an uncore cache) is
+precomputed as a CPUSet so lookups cost nothing on the admission path.
+
+Invariants: every CPU belongs to exactly one core, socket, NUMA node and uncore cache; a core never spans two
+NUMA nodes; core ids are the smallest CPU id among the core's threads (unique machine-wide, as the kubelet's
+`getUniqueCoreID` makes them); NUMA node ids are those Linux reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.quantity import bytes_of
+
+DEFAULT_MEMORY_PER_NODE: Final = 16 * 2**30
+LOCAL_DISTANCE: Final = 10
+REMOTE_DISTANCE: Final = 20  # the ACPI SLIT value QEMU and most two-socket BIOSes report for the other socket
+SAME_SOCKET_DISTANCE: Final = 12  # sub-NUMA clustering nodes on one socket, as SNC BIOSes report
+
+
+@dataclass(frozen=True, slots=True)
+class CPUInfo:
+    cpu: int
+    core: int
+    socket: int
+    numa_node: int
+    uncore_cache: int
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANode:
+    id: int
+    memory: int
+    """MemTotal of the node in bytes (hugepages included, as the kubelet's machine info has it)."""
+    hugepages: Mapping[int, int] = field(default_factory=dict)
+    """page size in bytes -> number of pages."""
+    distances: Mapping[int, int] = field(default_factory=dict)
+    """node id -> SLIT distance (self included)."""
+
+
+class Topology:
+    """An immutable machine description with precomputed CPU groupings."""
+
+    def __init__(self, cpus: Iterable[CPUInfo], numa_nodes: Iterable[NUMANode]) -> None:
+        self.cpus: tuple[CPUInfo, ...] = tuple(sorted(cpus, key=lambda c: c.cpu))
+        self.numa_nodes: tuple[NUMANode, ...] = tuple(sorted(numa_nodes, key=lambda n: n.id))
+        if not self.cpus:
+            raise InputError("topology", "the machine has no CPUs")
+        node_ids = {n.id for n in self.numa_nodes}
+        self.all_cpus = CPUSet(c.cpu for c in self.cpus)
+        if len(self.all_cpus) != len(self.cpus):
+            raise InputError("topology", "a CPU id appears twice")
+        by_numa: dict[int, set[int]] = {n: set() for n in node_ids}
+        by_socket: dict[int, set[int]] = {}
+        by_core: dict[int, set[int]] = {}
+        by_uncore: dict[int, set[int]] = {}
+        for c in self.cpus:
+            if c.numa_node not in node_ids:
+                raise InputError("topology", f"CPU {c.cpu} is on NUMA node {c.numa_node}, which is not described")
+            by_numa[c.numa_node].add(c.cpu)
+            by_socket.setdefault(c.socket, set()).add(c.cpu)
+            by_core.setdefault(c.core, set()).add(c.cpu)
+            by_uncore.setdefault(c.uncore_cache, set()).add(c.cpu)
+        self.info: Mapping[int, CPUInfo] = MappingProxyType({c.cpu: c for c in self.cpus})
+        self.cpus_by_numa: Mapping[int, CPUSet] = _freeze(by_numa)
+        self.cpus_by_socket: Mapping[int, CPUSet] = _freeze(by_socket)
+        self.cpus_by_core: Mapping[int, CPUSet] = _freeze(by_core)
+        self.cpus_by_uncore: Mapping[int, CPUSet] = _freeze(by_uncore)
+        self.numa_by_id: Mapping[int, NUMANode] = MappingProxyType({n.id: n for n in self.numa_nodes})
+        numa_of_socket: dict[int, set[int]] = {}
+        socket_of_numa: dict[int, int] = {}
+        for c in self.cpus:
+            numa_of_socket.setdefault(c.socket, set()).add(c.numa_node)
+            socket_of_numa[c.numa_node] = c.socket
+            if self.info[c.core].numa_node != c.numa_node:
+                raise InputError("topology", f"core {c.core} spans NUMA nodes")
+        self.numa_nodes_of_socket: Mapping[int, tuple[int, ...]] = MappingProxyType(
+            {s: tuple(sorted(ns)) for s, ns in numa_of_socket.items()}
+        )
+        self.socket_of_numa: Mapping[int, int] = MappingProxyType(socket_of_numa)
+        threads = {len(cs) for cs in self.cpus_by_core.values()}
+        self.cpus_per_core = max(threads)
+
+    @property
+    def num_cpus(self) -> int:
+        return len(self.cpus)
+
+    @property
+    def num_cores(self) -> int:
+        return len(self.cpus_by_core)
+
+    @property
+    def num_sockets(self) -> int:
+        return len(self.cpus_by_socket)
+
+    @property
+    def num_numa_nodes(self) -> int:
+        return len(self.numa_nodes)
+
+    @property
+    def numa_node_ids(self) -> tuple[int, ...]:
+        return tuple(n.id for n in self.numa_nodes)
+
+    def cpus_in_numa_nodes(self, nodes: Iterable[int]) -> CPUSet:
+        mask = 0
+        for node in nodes:
+            mask |= self.cpus_by_numa[node].mask
+        return CPUSet.from_mask(mask)
+
+    def cpus_in_sockets(self, sockets: Iterable[int]) -> CPUSet:
+        mask = 0
+        for socket in sockets:
+            mask |= self.cpus_by_socket[socket].mask
+        return CPUSet.from_mask(mask)
+
+    def core_siblings(self, cpus: CPUSet) -> CPUSet:
+        """`cpus` plus every SMT sibling of each of them."""
+        mask = 0
+        for cpu in cpus:
+            mask |= self.cpus_by_core[self.info[cpu].core].mask
+        return CPUSet.from_mask(mask)
+
+    def numa_nodes_of(self, cpus: CPUSet) -> tuple[int, ...]:
+        return tuple(n for n, node_cpus in self.cpus_by_numa.items() if not node_cpus.is_disjoint(cpus))
+
+    def distance(self, a: int, b: int) -> int:
+        distances = self.numa_by_id[a].distances
+        if b in distances:
+            return distances[b]
+        return LOCAL_DISTANCE if a == b else REMOTE_DISTANCE
+
+    def describe(self) -> str:
+        return (
+            f"{self.num_sockets} socket(s), {self.num_numa_nodes} NUMA node(s), {self.num_cores} cores, "
+            f"{self.num_cpus} CPUs"
+        )
+
+
+def _freeze(groups: Mapping[int, set[int]]) -> Mapping[int, CPUSet]:
+    return MappingProxyType({k: CPUSet(v) for k, v in sorted(groups.items())})
+
+
+_SPEC_KEYS: Final = ("sockets", "nodes-per-socket", "cores-per-node", "threads-per-core")
+
+
+def from_spec(spec: str) -> Topology:
+    """Build a machine from `sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q]`.
+
+    Optional keys: `hugepages-<size>=<quantity per node>` (e.g. `hugepages-2Mi=1Gi`) and
+    `uncore-caches-per-node=U`. CPU ids follow Linux on common x86 servers: the first thread of every core in
+    socket, node, core order, then the second threads in the same order. Distances: 10 local,
+    12 between nodes of one socket, 20 across sockets.
+    """
+    values: dict[str, str] = {}
+    for item in spec.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not value:
+            raise InputError("topology spec", f"{item!r} is not KEY=VALUE (spec {spec!r})")
+        if key in values:
+            raise InputError("topology spec", f"{key} is given twice")
+        values[key] = value
+    counts: dict[str, int] = {}
+    for key in (*_SPEC_KEYS, "uncore-caches-per-node"):
+        if key not in values:
+            if key == "uncore-caches-per-node":
+                counts[key] = 1
+                continue
+            raise InputError("topology spec", f"{key} is missing (need {', '.join(_SPEC_KEYS)})")
+        try:
+            counts[key] = int(values.pop(key))
+        except ValueError:
+            raise InputError("topology spec", f"{key} must be a positive integer") from None
+        if counts[key] < 1:
+            raise InputError("topology spec", f"{key} must be a positive integer")
+    memory = bytes_of(values.pop("memory-per-node", DEFAULT_MEMORY_PER_NODE))
+    hugepages: dict[int, int] = {}
+    for key in [k for k in values if k.startswith("hugepages-")]:
+        page = bytes_of(key.removeprefix("hugepages-"))
+        total = bytes_of(values.pop(key))
+        if page == 0 or total % page:
+            raise InputError("topology spec", f"{key}={total} is not a whole number of pages")
+        hugepages[page] = total // page
+    if values:
+        raise InputError("topology spec", f"unknown key(s) {', '.join(sorted(values))}")
+    if sum(p * n for p, n in hugepages.items()) > memory:
+        raise InputError("topology spec", "hugepages exceed memory-per-node")
+
+    sockets, per_socket = counts["sockets"], counts["nodes-per-socket"]
+    per_node, threads = counts["cores-per-node"], counts["threads-per-core"]
+    uncores = counts["uncore-caches-per-node"]
+    if per_node % uncores:
+        raise InputError("topology spec", "cores-per-node must be a multiple of uncore-caches-per-node")
+    total_cores = sockets * per_socket * per_node
+    cpus: list[CPUInfo] = []
+    for core_index in range(total_cores):
+        socket, rest = divmod(core_index, per_socket * per_node)
+        node = socket * per_socket + rest // per_node
+        uncore = node * uncores + (rest % per_node) // (per_node // uncores)
+        for thread in range(threads):
+            cpus.append(CPUInfo(thread * total_cores + core_index, core_index, socket, node, uncore))
+    nodes = []
+    for node in range(sockets * per_socket):
+        distances = {
+            other: LOCAL_DISTANCE if other == node
+            else SAME_SOCKET_DISTANCE if other // per_socket == node // per_socket
+            else REMOTE_DISTANCE
+            for other in range(sockets * per_socket)
+        }
+        nodes.append(NUMANode(node, memory, MappingProxyType(dict(hugepages)), MappingProxyType(distances)))
+    return Topology(cpus, nodes)
