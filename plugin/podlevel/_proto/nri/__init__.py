@@ -1,0 +1,1 @@
+"""Generated from proto/nri/ by hack/gen-proto; do not edit."""

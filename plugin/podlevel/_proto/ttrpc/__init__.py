@@ -1,0 +1,1 @@
+"""Generated from proto/ttrpc/ by hack/gen-proto; do not edit."""
