@@ -1,0 +1,1 @@
+"""Generated from proto/cri/ by hack/gen-proto; do not edit."""
