@@ -1,0 +1,1 @@
+"""Generated from proto/podresources/ by hack/gen-proto; do not edit."""
