@@ -1,0 +1,310 @@
+"""Kubernetes Pod manifests, and the compact pod-shape annotation, turned into the engine's `Pod`.
+
+Only what the resource managers read survives: names, container kinds, the `cpu`, `memory` and `hugepages-*`
+requests and limits of every container, and the pod-level budget (`spec.resources`). Parsing enforces the
+API server's rules the engine relies on (requests <= limits, a pod budget that covers the containers'
+aggregate, no container limit above the pod's, unique container names), so the engine never sees a pod the
+API server would have refused. Every error is an `InputError` whose rule names the broken rule and whose
+message starts with the field path.
+
+A pod without `spec.resources` is kept as such (`Pod.resources is None`): the engine then handles it the
+kubelet's classic per-container way. A fractional CPU request on an otherwise Guaranteed container is not an
+error either; that container is simply not exclusive.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Final
+
+import yaml
+
+from podlevel.engine.errors import InputError
+from podlevel.engine.pod import (
+    CPU,
+    HUGEPAGES_PREFIX,
+    MEMORY,
+    Container,
+    ContainerKind,
+    Pod,
+    Resources,
+)
+from podlevel.engine.quantity import bytes_of, format_bytes, milli_cpu
+
+SHAPE_ANNOTATION: Final = "nri-podlevel.io/pod-shape"
+"""The pod annotation whose value is `to_annotation(pod)`; the NRI side reads it with `from_annotation`."""
+SHAPE_VERSION: Final = 1
+
+_UID_NAMESPACE: Final = uuid.UUID("6f1c52a4-5d0e-4c55-9f51-8d3a2b7e0c11")
+"""Fixed namespace for uid5 so a manifest without `metadata.uid` gets the same uid on every run."""
+
+
+def derived_uid(namespace: str, name: str) -> str:
+    """The uid a pod without `metadata.uid` gets: stable for its namespace/name, shaped like a real one."""
+    return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
+
+
+def load_pods(text: str, source: str = "<input>") -> list[Pod]:
+    """Every Pod in a (multi-document) YAML text, in order. Empty documents are skipped."""
+    try:
+        documents = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        raise InputError("yaml", f"{source}: {err}") from None
+    pods: list[Pod] = []
+    for index, document in enumerate(documents):
+        if document is None:
+            continue
+        where = source if len(documents) == 1 else f"{source} document {index + 1}"
+        pods.append(pod_from_manifest(document, where))
+    if not pods:
+        raise InputError("manifest", f"{source}: no Pod manifest in the input")
+    return pods
+
+
+def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
+    """One Pod manifest (as PyYAML or json loads it) -> `Pod`."""
+    manifest = _mapping(document, where, "")
+    kind = manifest.get("kind")
+    if kind != "Pod":
+        raise InputError("manifest kind", f"{where}: kind is {kind!r}, expected 'Pod'")
+    metadata = _mapping(manifest.get("metadata"), where, "metadata")
+    name = _name(metadata.get("name"), where, "metadata.name")
+    namespace = metadata.get("namespace", "default")
+    if not isinstance(namespace, str) or not namespace:
+        raise InputError("manifest", f"{where}: metadata.namespace must be a non-empty string")
+    uid = metadata.get("uid")
+    if uid is None:
+        uid = derived_uid(namespace, name)
+    elif not isinstance(uid, str) or not uid:
+        raise InputError("manifest", f"{where}: metadata.uid must be a non-empty string")
+    spec = _mapping(manifest.get("spec"), where, "spec")
+    return _pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
+
+
+def to_annotation(pod: Pod) -> str:
+    """The pod's shape as compact JSON: a PodSpec subset in Kubernetes syntax, so one parser reads both.
+
+    Identity (name, namespace, uid) is left out: the pod the annotation sits on already has it.
+    """
+    shape: dict[str, object] = {"v": SHAPE_VERSION}
+    if pod.resources is not None:
+        shape["resources"] = _resources_json(pod.resources)
+    if pod.init_containers:
+        shape["initContainers"] = [_container_json(c) for c in pod.init_containers]
+    shape["containers"] = [_container_json(c) for c in pod.containers]
+    return json.dumps(shape, separators=(",", ":"), sort_keys=True)
+
+
+def from_annotation(text: str, *, name: str, namespace: str = "default", uid: str | None = None) -> Pod:
+    """Read a `to_annotation` value back; identity comes from the caller (the sandbox the pod runs in)."""
+    where = f"annotation {SHAPE_ANNOTATION} of {namespace}/{name}"
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError("pod shape", f"{where}: not JSON ({err})") from None
+    shape = _mapping(document, where, "")
+    version = shape.get("v")
+    if version != SHAPE_VERSION:
+        raise InputError("pod shape", f"{where}: v is {version!r}, this version reads {SHAPE_VERSION}")
+    return _pod_from_spec(
+        shape, where, "", uid=uid or derived_uid(namespace, name), name=name, namespace=namespace
+    )
+
+
+def _pod_from_spec(
+    spec: Mapping[str, object], where: str, prefix: str, *, uid: str, name: str, namespace: str
+) -> Pod:
+    init_containers = _containers(spec.get("initContainers"), where, f"{prefix}initContainers", init=True)
+    containers = _containers(spec.get("containers"), where, f"{prefix}containers", init=False)
+    if not containers:
+        raise InputError("manifest", f"{where}: {prefix}containers must list at least one container")
+    seen: dict[str, str] = {}
+    for field, group in (("initContainers", init_containers), ("containers", containers)):
+        for index, container in enumerate(group):
+            path = f"{prefix}{field}[{index}].name"
+            if container.name in seen:
+                raise InputError(
+                    "unique container names",
+                    f"{where}: {path}: {container.name!r} is already {seen[container.name]}",
+                )
+            seen[container.name] = path
+    resources: Resources | None = None
+    if spec.get("resources") is not None:
+        resources = _resources(spec["resources"], where, f"{prefix}resources", pod_level=True)
+        _check_pod_budget(resources, init_containers, containers, where, prefix)
+    return Pod(
+        uid=uid,
+        name=name,
+        namespace=namespace,
+        resources=resources,
+        init_containers=init_containers,
+        containers=containers,
+    )
+
+
+def _containers(value: object, where: str, path: str, *, init: bool) -> tuple[Container, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InputError("manifest", f"{where}: {path} must be a list, not {type(value).__name__}")
+    result: list[Container] = []
+    for index, item in enumerate(value):
+        item_path = f"{path}[{index}]"
+        container = _mapping(item, where, item_path)
+        name = _name(container.get("name"), where, f"{item_path}.name")
+        kind = ContainerKind.APP
+        if init:
+            restart_policy = container.get("restartPolicy")
+            if restart_policy is not None and not isinstance(restart_policy, str):
+                raise InputError("manifest", f"{where}: {item_path}.restartPolicy must be a string")
+            kind = ContainerKind.SIDECAR if restart_policy == "Always" else ContainerKind.INIT
+        resources = Resources()
+        if container.get("resources") is not None:
+            resources = _resources(container["resources"], where, f"{item_path}.resources", pod_level=False)
+        result.append(Container(name=name, kind=kind, resources=resources))
+    return tuple(result)
+
+
+def _resources(value: object, where: str, path: str, *, pod_level: bool) -> Resources:
+    body = _mapping(value, where, path)
+    lists: dict[str, dict[str, int]] = {}
+    for field in ("requests", "limits"):
+        raw = body.get(field)
+        quantities: dict[str, int] = {}
+        if raw is not None:
+            for resource, quantity in _mapping(raw, where, f"{path}.{field}").items():
+                item_path = f"{path}.{field}.{resource}"
+                parsed_name, amount = _quantity(str(resource), quantity, where, item_path)
+                if parsed_name is None:
+                    if pod_level:
+                        raise InputError(
+                            "pod-level resources",
+                            f"{where}: {item_path}: a pod budget holds only cpu, memory and hugepages-<size>",
+                        )
+                    continue
+                quantities[parsed_name] = amount
+        lists[field] = quantities
+    requests, limits = lists["requests"], lists["limits"]
+    for resource, request in requests.items():
+        limit = limits.get(resource)
+        if limit is not None and request > limit:
+            raise InputError(
+                "requests <= limits",
+                f"{where}: {path}.requests.{resource}: {_format(resource, request)} is above the limit "
+                f"{_format(resource, limit)}",
+            )
+    return Resources(requests=MappingProxyType(requests), limits=MappingProxyType(limits))
+
+
+def _quantity(resource: str, value: object, where: str, path: str) -> tuple[str | None, int]:
+    """(engine resource name or None for resources the managers ignore, amount in engine units)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InputError("quantity", f"{where}: {path}: {value!r} is not a quantity")
+    try:
+        if resource == CPU:
+            return CPU, milli_cpu(value)
+        amount = bytes_of(value)
+        if resource.startswith(HUGEPAGES_PREFIX):
+            page = bytes_of(resource.removeprefix(HUGEPAGES_PREFIX))
+            if page == 0:
+                raise InputError("quantity", f"hugepage size of {resource!r} is zero")
+            return f"{HUGEPAGES_PREFIX}{format_bytes(page)}", amount
+    except InputError as err:
+        raise InputError(err.rule, f"{where}: {path}: {err.message}") from None
+    return (MEMORY if resource == MEMORY else None), amount
+
+
+def _check_pod_budget(
+    pod: Resources,
+    init_containers: tuple[Container, ...],
+    containers: tuple[Container, ...],
+    where: str,
+    prefix: str,
+) -> None:
+    """The API server's pod-level consistency rules (`validatePodResourceConsistency`)."""
+    path = f"{prefix}resources"
+    for resource in pod.requests.keys() | pod.limits.keys():
+        budget, ceiling = pod.request(resource), pod.limits.get(resource)
+        if ceiling is not None and budget > ceiling:
+            raise InputError(
+                "requests <= limits",
+                f"{where}: {path}.requests.{resource}: {_format(resource, budget)} is above the limit "
+                f"{_format(resource, ceiling)}",
+            )
+        aggregate = aggregate_request(init_containers, containers, resource)
+        if aggregate > budget:
+            raise InputError(
+                "pod budget >= aggregate container requests",
+                f"{where}: {path}.requests.{resource}: {_format(resource, budget)} is below the containers' "
+                f"aggregate request {_format(resource, aggregate)}",
+            )
+        if ceiling is None:
+            continue
+        for field, group in (("initContainers", init_containers), ("containers", containers)):
+            for index, container in enumerate(group):
+                limit = container.resources.limits.get(resource, 0)
+                if limit > ceiling:
+                    raise InputError(
+                        "container limit <= pod limit",
+                        f"{where}: {prefix}{field}[{index}].resources.limits.{resource}: "
+                        f"{_format(resource, limit)} is above the pod limit {_format(resource, ceiling)}",
+                    )
+
+
+def aggregate_request(
+    init_containers: Iterable[Container], containers: Iterable[Container], resource: str
+) -> int:
+    """What the containers need at once: max(each init container + sidecars before it, apps + sidecars)."""
+    sidecars = peak_init = 0
+    for container in init_containers:
+        request = container.resources.request(resource)
+        if container.kind is ContainerKind.SIDECAR:
+            sidecars += request
+            peak_init = max(peak_init, sidecars)
+        else:
+            peak_init = max(peak_init, sidecars + request)
+    apps = sum(c.resources.request(resource) for c in containers)
+    return max(peak_init, apps + sidecars)
+
+
+def _resources_json(resources: Resources) -> dict[str, dict[str, str]]:
+    body: dict[str, dict[str, str]] = {}
+    for field, values in (("requests", resources.requests), ("limits", resources.limits)):
+        if values:
+            body[field] = {name: _format(name, amount) for name, amount in sorted(values.items())}
+    return body
+
+
+def _container_json(container: Container) -> dict[str, object]:
+    body: dict[str, object] = {"name": container.name}
+    if container.kind is ContainerKind.SIDECAR:
+        body["restartPolicy"] = "Always"
+    if not container.resources.is_empty():
+        body["resources"] = _resources_json(container.resources)
+    return body
+
+
+def _format(resource: str, amount: int) -> str:
+    """The exact quantity in Kubernetes syntax: whole CPUs or millicores; binary-suffixed bytes."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    return format_bytes(amount)
+
+
+def _mapping(value: object, where: str, path: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        what = path or "the document"
+        raise InputError("manifest", f"{where}: {what} must be a mapping, not {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise InputError("manifest", f"{where}: {path or 'the document'} has a non-string key {key!r}")
+    return value
+
+
+def _name(value: object, where: str, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError("manifest", f"{where}: {path} is missing or not a non-empty string")
+    return value
