@@ -9,7 +9,6 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.pod import ContainerKind, QOSClass
 from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
-    aggregate_request,
     derived_uid,
     from_annotation,
     load_pods,
@@ -239,7 +238,7 @@ def test_budget_rule_counts_init_containers_as_a_peak_not_a_sum() -> None:
             }
         )
     )
-    assert aggregate_request(pod.init_containers, pod.containers, "cpu") == 4000
+    assert pod.aggregate_request("cpu") == 4000
 
 
 def test_aggregate_request_adds_earlier_sidecars_to_a_later_init_container() -> None:
@@ -254,7 +253,7 @@ def test_aggregate_request_adds_earlier_sidecars_to_a_later_init_container() -> 
             }
         )
     )
-    assert aggregate_request(pod.init_containers, pod.containers, "cpu") == 4000
+    assert pod.aggregate_request("cpu") == 4000
 
 
 @pytest.mark.parametrize(

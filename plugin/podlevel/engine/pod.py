@@ -84,6 +84,21 @@ class Pod:
     def all_containers(self) -> tuple[Container, ...]:
         return self.init_containers + self.containers
 
+    def aggregate_request(self, resource: str) -> int:
+        """What the containers need at once (KEP-753): the larger of each init container plus the sidecars
+        declared before it, and all app containers plus all sidecars. The API server's pod budget rule and
+        the kubelet's pod-scope hints both compare against this."""
+        sidecars = peak_init = 0
+        for container in self.init_containers:
+            request = container.resources.request(resource)
+            if container.kind is ContainerKind.SIDECAR:
+                sidecars += request
+                peak_init = max(peak_init, sidecars)
+            else:
+                peak_init = max(peak_init, sidecars + request)
+        apps = sum(c.resources.request(resource) for c in self.containers)
+        return max(peak_init, apps + sidecars)
+
     def container(self, name: str) -> Container | None:
         for container in self.all_containers:
             if container.name == name:

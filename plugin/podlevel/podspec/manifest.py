@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -134,8 +134,7 @@ def _pod_from_spec(
     resources: Resources | None = None
     if spec.get("resources") is not None:
         resources = _resources(spec["resources"], where, f"{prefix}resources", pod_level=True)
-        _check_pod_budget(resources, init_containers, containers, where, prefix)
-    return Pod(
+    pod = Pod(
         uid=uid,
         name=name,
         namespace=namespace,
@@ -143,6 +142,8 @@ def _pod_from_spec(
         init_containers=init_containers,
         containers=containers,
     )
+    _check_pod_budget(pod, where, prefix)
+    return pod
 
 
 def _containers(value: object, where: str, path: str, *, init: bool) -> tuple[Container, ...]:
@@ -217,24 +218,20 @@ def _quantity(resource: str, value: object, where: str, path: str) -> tuple[str 
     return (MEMORY if resource == MEMORY else None), amount
 
 
-def _check_pod_budget(
-    pod: Resources,
-    init_containers: tuple[Container, ...],
-    containers: tuple[Container, ...],
-    where: str,
-    prefix: str,
-) -> None:
+def _check_pod_budget(pod: Pod, where: str, prefix: str) -> None:
     """The API server's pod-level consistency rules (`validatePodResourceConsistency`)."""
-    path = f"{prefix}resources"
-    for resource in pod.requests.keys() | pod.limits.keys():
-        budget, ceiling = pod.request(resource), pod.limits.get(resource)
+    if pod.resources is None:
+        return
+    budgets, path = pod.resources, f"{prefix}resources"
+    for resource in budgets.requests.keys() | budgets.limits.keys():
+        budget, ceiling = budgets.request(resource), budgets.limits.get(resource)
         if ceiling is not None and budget > ceiling:
             raise InputError(
                 "requests <= limits",
                 f"{where}: {path}.requests.{resource}: {_format(resource, budget)} is above the limit "
                 f"{_format(resource, ceiling)}",
             )
-        aggregate = aggregate_request(init_containers, containers, resource)
+        aggregate = pod.aggregate_request(resource)
         if aggregate > budget:
             raise InputError(
                 "pod budget >= aggregate container requests",
@@ -243,7 +240,7 @@ def _check_pod_budget(
             )
         if ceiling is None:
             continue
-        for field, group in (("initContainers", init_containers), ("containers", containers)):
+        for field, group in (("initContainers", pod.init_containers), ("containers", pod.containers)):
             for index, container in enumerate(group):
                 limit = container.resources.limits.get(resource, 0)
                 if limit > ceiling:
@@ -252,22 +249,6 @@ def _check_pod_budget(
                         f"{where}: {prefix}{field}[{index}].resources.limits.{resource}: "
                         f"{_format(resource, limit)} is above the pod limit {_format(resource, ceiling)}",
                     )
-
-
-def aggregate_request(
-    init_containers: Iterable[Container], containers: Iterable[Container], resource: str
-) -> int:
-    """What the containers need at once: max(each init container + sidecars before it, apps + sidecars)."""
-    sidecars = peak_init = 0
-    for container in init_containers:
-        request = container.resources.request(resource)
-        if container.kind is ContainerKind.SIDECAR:
-            sidecars += request
-            peak_init = max(peak_init, sidecars)
-        else:
-            peak_init = max(peak_init, sidecars + request)
-    apps = sum(c.resources.request(resource) for c in containers)
-    return max(peak_init, apps + sidecars)
 
 
 def _resources_json(resources: Resources) -> dict[str, dict[str, str]]:
