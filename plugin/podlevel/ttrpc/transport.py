@@ -1,0 +1,254 @@
+"""asyncio transport: the codec driven over one unix stream socket, as ttrpc client and server at once.
+
+One reader task feeds every received byte to `codec.Connection` and dispatches what comes out: requests
+go to the registered handler for (service, method), each in its own task, since a peer may answer out of
+order and may call us while waiting for our own call (NRI's Configure arrives before the RegisterPlugin
+reply); responses complete the matching `call`.
+
+Invariants kept here:
+- Nothing raises out of the event loop: a ProtocolError, an I/O error, even a bug in a handler ends in
+  `close(reason)` with the reason logged, or in an error status sent to the peer.
+- Once closed, a transport stays closed: pending and later calls fail with RpcError(UNAVAILABLE), and
+  `wait_closed()` returns the reason. Reconnecting means building a new transport.
+- An unknown service or method is answered with status Unimplemented (12), a handler's RpcError with its
+  code, any other handler exception with Unknown (2), an oversized reply with ResourceExhausted (8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Final
+
+from podlevel.ttrpc.codec import Code, Connection, Rejected, Request, Response, code_name
+from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
+
+log = logging.getLogger(__name__)
+
+# Bytes asked of the socket per read: large enough that a multi-megabyte Synchronize arrives in a few
+# reads, small enough not to matter for memory.
+READ_CHUNK: Final = 256 << 10
+
+# Longest status message sent; the runtime logs it verbatim, and it must never push a reply over the
+# outbound size limit.
+MAX_STATUS_MESSAGE: Final = 16 << 10
+
+Handler = Callable[[Request], Awaitable[bytes]]
+"""Serves one request: returns the serialized reply message, or raises RpcError to answer with a status."""
+
+
+class RpcError(Exception):
+    """A call that did not succeed: the peer's (or this side's) status code and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code_name(code)}: {message}")
+        self.code = code
+        self.message = message
+
+
+class Transport:
+    """Both ttrpc roles over one connected socket. Create it inside a running event loop."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handlers: Mapping[tuple[str, str], Handler],
+        *,
+        serve_conn: int = PLUGIN_SERVICE_CONN,
+        call_conn: int = RUNTIME_SERVICE_CONN,
+        name: str = "ttrpc",
+    ) -> None:
+        self.name = name
+        self.close_reason: str | None = None
+        self._reader = reader
+        self._writer = writer
+        self._handlers = dict(handlers)
+        self._services = {service for service, _ in self._handlers}
+        self._conn = Connection(serve_conn=serve_conn, call_conn=call_conn)
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+        self._reader_task = self._spawn(self._read_loop())
+
+    @classmethod
+    async def open_unix(
+        cls,
+        path: str,
+        handlers: Mapping[tuple[str, str], Handler],
+        *,
+        serve_conn: int = PLUGIN_SERVICE_CONN,
+        call_conn: int = RUNTIME_SERVICE_CONN,
+        name: str = "ttrpc",
+    ) -> Transport:
+        """Dial the unix socket at `path`. Raises OSError when nobody listens there."""
+        reader, writer = await asyncio.open_unix_connection(path)
+        return cls(reader, writer, handlers, serve_conn=serve_conn, call_conn=call_conn, name=name)
+
+    @classmethod
+    async def from_socket(
+        cls,
+        sock: socket.socket,
+        handlers: Mapping[tuple[str, str], Handler],
+        *,
+        serve_conn: int = PLUGIN_SERVICE_CONN,
+        call_conn: int = RUNTIME_SERVICE_CONN,
+        name: str = "ttrpc",
+    ) -> Transport:
+        """Use an already connected stream socket (an inherited fd, one end of a socketpair)."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        return cls(reader, writer, handlers, serve_conn=serve_conn, call_conn=call_conn, name=name)
+
+    @property
+    def closed(self) -> bool:
+        return self.close_reason is not None
+
+    @property
+    def dropped_frames(self) -> int:
+        """Frames received for conn ids this side does not use."""
+        return self._conn.dropped_frames
+
+    async def call(self, service: str, method: str, payload: bytes, *, timeout: float) -> bytes:
+        """Call `service`/`method` on the peer; return its reply payload.
+
+        Raises RpcError: the peer's non-OK status, DEADLINE_EXCEEDED after `timeout` seconds,
+        UNAVAILABLE when the connection is or gets closed, RESOURCE_EXHAUSTED when `payload` is too large.
+        """
+        if self.close_reason is not None:
+            raise RpcError(Code.UNAVAILABLE, f"connection closed: {self.close_reason}")
+        request = self._conn.request(service, method, payload, timeout_nano=int(timeout * 1e9))
+        try:
+            data = self._conn.encode(request)
+        except MessageTooLarge as exc:
+            raise RpcError(Code.RESOURCE_EXHAUSTED, f"{service}/{method} request: {exc}") from exc
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[request.stream_id] = future
+        try:
+            await self._send(data)
+            async with asyncio.timeout(timeout):
+                response = await future
+        except TimeoutError:
+            raise RpcError(
+                Code.DEADLINE_EXCEEDED, f"{service}/{method}: no response within {timeout:g} s"
+            ) from None
+        finally:
+            self._pending.pop(request.stream_id, None)
+        if response.code != Code.OK:
+            raise RpcError(response.code, response.message)
+        return response.payload
+
+    def close(self, reason: str, *, error: bool = False) -> None:
+        """Close the socket and fail pending calls; logs `reason` (as a warning when `error`). Idempotent."""
+        if self.close_reason is not None:
+            return
+        self.close_reason = reason
+        log.log(logging.WARNING if error else logging.INFO, "%s: connection closed: %s", self.name, reason)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RpcError(Code.UNAVAILABLE, f"connection closed: {reason}"))
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._writer.close()
+        self._closed.set()
+
+    async def wait_closed(self) -> str:
+        """Wait until the transport is closed and its tasks are done; return the close reason."""
+        await self._closed.wait()
+        current = asyncio.current_task()
+        await asyncio.gather(*(t for t in list(self._tasks) if t is not current), return_exceptions=True)
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+        assert self.close_reason is not None
+        return self.close_reason
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("%s: internal error", self.name, exc_info=exc)
+            self.close(f"internal error: {exc!r}", error=True)
+
+    async def _read_loop(self) -> None:
+        while self.close_reason is None:
+            try:
+                data = await self._reader.read(READ_CHUNK)
+            except OSError as exc:
+                self.close(f"read failed: {exc}", error=True)
+                return
+            if not data:
+                self.close("peer closed the connection (EOF)")
+                return
+            try:
+                messages = self._conn.feed(data)
+            except ProtocolError as exc:
+                self.close(f"protocol error: {exc}", error=True)
+                return
+            for message in messages:
+                if isinstance(message, Request):
+                    self._spawn(self._serve(message))
+                elif isinstance(message, Rejected):
+                    log.warning("%s: rejected request: %s", self.name, message.message)
+                    await self._send(self._conn.encode(message.response()))
+                else:
+                    self._complete(message)
+
+    def _complete(self, response: Response) -> None:
+        future = self._pending.get(response.stream_id)
+        if future is None or future.done():
+            log.debug("%s: dropped response for stream %d: no call waits", self.name, response.stream_id)
+            return
+        future.set_result(response)
+
+    async def _serve(self, request: Request) -> None:
+        response = await self._run_handler(request)
+        try:
+            data = self._conn.encode(response)
+        except MessageTooLarge as exc:
+            log.error("%s: %s/%s reply not sent: %s", self.name, request.service, request.method, exc)
+            data = self._conn.encode(
+                Response(request.stream_id, code=Code.RESOURCE_EXHAUSTED, message=f"reply: {exc}")
+            )
+        await self._send(data)
+
+    async def _run_handler(self, request: Request) -> Response:
+        handler = self._handlers.get((request.service, request.method))
+        if handler is None:
+            what = (
+                f"method {request.method} of service {request.service}"
+                if request.service in self._services
+                else f"service {request.service}"
+            )
+            log.debug("%s: answering Unimplemented for %s", self.name, what)
+            return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=f"{what} is not implemented")
+        try:
+            payload = await handler(request)
+        except RpcError as exc:
+            return Response(request.stream_id, code=exc.code, message=exc.message[:MAX_STATUS_MESSAGE])
+        except Exception as exc:
+            log.exception("%s: handler for %s/%s failed", self.name, request.service, request.method)
+            message = f"{request.method}: {exc!r}"[:MAX_STATUS_MESSAGE]
+            return Response(request.stream_id, code=Code.UNKNOWN, message=message)
+        return Response(request.stream_id, payload=payload)
+
+    async def _send(self, data: bytes) -> None:
+        if self.close_reason is not None:
+            return
+        self._writer.write(data)
+        try:
+            await self._writer.drain()
+        except OSError as exc:
+            self.close(f"write failed: {exc}", error=True)

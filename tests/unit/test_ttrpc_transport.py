@@ -1,0 +1,358 @@
+"""asyncio transport over a real unix socketpair: calls both ways, error statuses, closing on bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
+from podlevel.ttrpc.mux import encode_frame
+from podlevel.ttrpc.transport import Handler, RpcError, Transport
+
+PLUGIN = "test.Plugin"
+RUNTIME = "test.Runtime"
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    async def bounded() -> None:
+        async with asyncio.timeout(10):
+            await coro
+
+    asyncio.run(bounded())
+
+
+def echo(prefix: bytes) -> Handler:
+    async def handler(request: Request) -> bytes:
+        return prefix + request.payload
+
+    return handler
+
+
+async def transports(
+    plugin_handlers: dict[tuple[str, str], Handler], runtime_handlers: dict[tuple[str, str], Handler]
+) -> tuple[Transport, Transport]:
+    a, b = socket.socketpair()
+    plugin = await Transport.from_socket(a, plugin_handlers, serve_conn=1, call_conn=2, name="plugin")
+    runtime = await Transport.from_socket(b, runtime_handlers, serve_conn=2, call_conn=1, name="runtime")
+    return plugin, runtime
+
+
+class RawPeer:
+    """The runtime end of a socketpair driven byte by byte with the codec."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = Connection(serve_conn=2, call_conn=1)
+
+    @classmethod
+    async def with_transport(cls, handlers: dict[tuple[str, str], Handler]) -> tuple[RawPeer, Transport]:
+        a, b = socket.socketpair()
+        transport = await Transport.from_socket(a, handlers, name="plugin")
+        reader, writer = await asyncio.open_unix_connection(sock=b)
+        return cls(reader, writer), transport
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def next_message(self) -> Request | Response:
+        while True:
+            data = await self.reader.read(65536)
+            assert data, "transport closed the socket"
+            messages = self.conn.feed(data)
+            if messages:
+                (message,) = messages
+                assert isinstance(message, Request | Response)
+                return message
+
+    async def read_eof(self) -> None:
+        while await self.reader.read(65536):
+            pass
+
+
+def test_calls_in_both_directions() -> None:
+    async def main() -> None:
+        plugin, runtime = await transports(
+            {(PLUGIN, "Configure"): echo(b"plugin:")}, {(RUNTIME, "Register"): echo(b"runtime:")}
+        )
+        assert await runtime.call(PLUGIN, "Configure", b"a", timeout=5) == b"plugin:a"
+        assert await plugin.call(RUNTIME, "Register", b"b", timeout=5) == b"runtime:b"
+        assert await plugin.call(RUNTIME, "Register", b"c", timeout=5) == b"runtime:c"
+        plugin.close("test done")
+        assert await plugin.wait_closed() == "test done"
+        assert await runtime.wait_closed() == "peer closed the connection (EOF)"
+
+    run(main())
+
+
+def test_large_payloads_cross_in_both_directions() -> None:
+    async def main() -> None:
+        plugin, runtime = await transports({(PLUGIN, "Big"): echo(b"")}, {})
+        payload = bytes(range(256)) * (3 << 12)
+        assert await runtime.call(PLUGIN, "Big", payload, timeout=5) == payload
+        plugin.close("done")
+        await runtime.wait_closed()
+
+    run(main())
+
+
+def test_responses_may_complete_out_of_order() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def slow(request: Request) -> bytes:
+            await release.wait()
+            return b"slow"
+
+        async def fast(request: Request) -> bytes:
+            release.set()
+            return b"fast"
+
+        plugin, runtime = await transports({(PLUGIN, "Slow"): slow, (PLUGIN, "Fast"): fast}, {})
+        slow_call = asyncio.ensure_future(runtime.call(PLUGIN, "Slow", b"", timeout=5))
+        assert await runtime.call(PLUGIN, "Fast", b"", timeout=5) == b"fast"
+        assert await slow_call == b"slow"
+        runtime.close("done")
+        await plugin.wait_closed()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("service", "method", "text"),
+    [
+        pytest.param(PLUGIN, "Nope", f"method Nope of service {PLUGIN} is not implemented", id="method"),
+        pytest.param("other.Service", "X", "service other.Service is not implemented", id="service"),
+    ],
+)
+def test_unknown_method_or_service_answers_unimplemented(service: str, method: str, text: str) -> None:
+    async def main() -> None:
+        plugin, runtime = await transports({(PLUGIN, "Configure"): echo(b"")}, {})
+        with pytest.raises(RpcError) as info:
+            await runtime.call(service, method, b"", timeout=5)
+        assert (info.value.code, info.value.message) == (Code.UNIMPLEMENTED, text)
+        assert not plugin.closed
+        runtime.close("done")
+        await plugin.wait_closed()
+
+    run(main())
+
+
+def raising(exc: Exception) -> Handler:
+    async def handler(request: Request) -> bytes:
+        raise exc
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "text"),
+    [
+        pytest.param(RpcError(Code.FAILED_PRECONDITION, "no room"), 9, "no room", id="rpc-error"),
+        pytest.param(ValueError("bad value"), 2, "M: ValueError('bad value')", id="plain-exception"),
+    ],
+)
+def test_handler_errors_become_statuses(exc: Exception, code: int, text: str) -> None:
+    async def main() -> None:
+        plugin, runtime = await transports({(PLUGIN, "M"): raising(exc)}, {})
+        with pytest.raises(RpcError) as info:
+            await runtime.call(PLUGIN, "M", b"", timeout=5)
+        assert (info.value.code, info.value.message) == (code, text)
+        assert not plugin.closed
+        runtime.close("done")
+        await plugin.wait_closed()
+
+    run(main())
+
+
+def test_oversized_reply_answers_resource_exhausted() -> None:
+    async def main() -> None:
+        async def huge(request: Request) -> bytes:
+            return b"x" * MAX_OUTBOUND_MESSAGE
+
+        plugin, runtime = await transports({(PLUGIN, "Huge"): huge}, {})
+        with pytest.raises(RpcError) as info:
+            await runtime.call(PLUGIN, "Huge", b"", timeout=5)
+        assert info.value.code == Code.RESOURCE_EXHAUSTED
+        assert f"{MAX_OUTBOUND_MESSAGE}-byte limit" in info.value.message
+        runtime.close("done")
+        await plugin.wait_closed()
+
+    run(main())
+
+
+def test_oversized_request_is_refused_before_sending() -> None:
+    async def main() -> None:
+        plugin, runtime = await transports({}, {})
+        with pytest.raises(RpcError) as info:
+            await plugin.call(RUNTIME, "M", b"x" * MAX_OUTBOUND_MESSAGE, timeout=5)
+        assert info.value.code == Code.RESOURCE_EXHAUSTED
+        assert "M request: ttrpc message of" in info.value.message
+        assert not plugin.closed
+        plugin.close("done")
+        await runtime.wait_closed()
+
+    run(main())
+
+
+def test_call_timeout_raises_deadline_exceeded_and_late_reply_is_dropped() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        answered = asyncio.Event()
+
+        async def stuck(request: Request) -> bytes:
+            await release.wait()
+            answered.set()
+            return b"late"
+
+        plugin, runtime = await transports({}, {(RUNTIME, "Stuck"): stuck, (RUNTIME, "Echo"): echo(b"")})
+        with pytest.raises(RpcError) as info:
+            await plugin.call(RUNTIME, "Stuck", b"", timeout=0.05)
+        assert info.value.code == Code.DEADLINE_EXCEEDED
+        assert "no response within 0.05 s" in info.value.message
+        release.set()
+        await answered.wait()
+        assert await plugin.call(RUNTIME, "Echo", b"next", timeout=5) == b"next"
+        plugin.close("done")
+        await runtime.wait_closed()
+
+    run(main())
+
+
+def test_peer_eof_fails_pending_and_later_calls() -> None:
+    async def main() -> None:
+        never = asyncio.Event()
+        started = asyncio.Event()
+
+        async def stuck(request: Request) -> bytes:
+            started.set()
+            await never.wait()
+            return b""
+
+        plugin, runtime = await transports({}, {(RUNTIME, "Stuck"): stuck})
+        pending = asyncio.ensure_future(plugin.call(RUNTIME, "Stuck", b"", timeout=30))
+        await started.wait()
+        runtime.close("runtime stopping")
+        with pytest.raises(RpcError) as info:
+            await pending
+        assert info.value.code == Code.UNAVAILABLE
+        assert "EOF" in info.value.message
+        assert await plugin.wait_closed() == "peer closed the connection (EOF)"
+        with pytest.raises(RpcError, match="UNAVAILABLE"):
+            await plugin.call(RUNTIME, "Stuck", b"", timeout=1)
+
+    run(main())
+
+
+BAD_INPUTS = [
+    pytest.param(
+        encode_frame(1, struct.pack(">IIBB", 4, 1, 1, 0) + b"\x0a\x05ab"), "undecodable", id="payload"
+    ),
+    pytest.param(encode_frame(1, struct.pack(">IIBB", 0, 1, 2, 0)), "message type 2", id="wrong-type"),
+    pytest.param(struct.pack(">II", 1, 0xFFFFFFFF), "mux frame for conn 1 declares", id="oversized-frame"),
+]
+
+
+@pytest.mark.parametrize(("data", "reason"), BAD_INPUTS)
+def test_bad_input_closes_with_logged_reason(
+    data: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"")})
+        await peer.send(data)
+        closed_with = await transport.wait_closed()
+        assert closed_with.startswith("protocol error:")
+        assert reason in closed_with
+        await peer.read_eof()
+
+    with caplog.at_level(logging.WARNING, logger="podlevel.ttrpc.transport"):
+        run(main())
+    assert any("protocol error" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_even_and_reused_stream_ids_answered_invalid_argument_connection_stays() -> None:
+    async def main() -> None:
+        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"ok:")})
+
+        async def ask(stream_id: int) -> Response:
+            await peer.send(peer.conn.encode(Request(stream_id, PLUGIN, "M", b"x")))
+            response = await peer.next_message()
+            assert isinstance(response, Response)
+            assert response.stream_id == stream_id
+            return response
+
+        assert (await ask(4)).code == Code.INVALID_ARGUMENT
+        assert (await ask(3)).payload == b"ok:x"
+        reused = await ask(3)
+        assert (reused.code, reused.message) == (
+            Code.INVALID_ARGUMENT,
+            "stream id 3 must be greater than the last one, 3",
+        )
+        assert (await ask(5)).payload == b"ok:x"
+        assert not transport.closed
+        transport.close("done")
+        await transport.wait_closed()
+
+    run(main())
+
+
+def test_unknown_conn_frames_are_ignored() -> None:
+    async def main() -> None:
+        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"")})
+        await peer.send(encode_frame(5, b"whatever") + peer.conn.encode(Request(1, PLUGIN, "M", b"y")))
+        response = await peer.next_message()
+        assert isinstance(response, Response)
+        assert response.payload == b"y"
+        assert transport.dropped_frames == 1
+        transport.close("done")
+
+    run(main())
+
+
+def test_handler_bug_in_send_path_closes_instead_of_escaping(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        async def not_bytes(request: Request) -> bytes:
+            return "text"  # type: ignore[return-value]
+
+        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): not_bytes})
+        await peer.send(peer.conn.encode(Request(1, PLUGIN, "M", b"")))
+        reason = await transport.wait_closed()
+        assert reason.startswith("internal error:")
+
+    run(main())
+
+
+async def wait_for(condition: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(5):
+        while not condition():
+            await asyncio.sleep(0.01)
+    assert condition(), what
+
+
+def test_open_unix_dials_a_listening_socket(tmp_path: Any) -> None:
+    async def main() -> None:
+        accepted: list[Transport] = []
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(
+                Transport(reader, writer, {(PLUGIN, "M"): echo(b"srv:")}, serve_conn=1, call_conn=2)
+            )
+
+        path = str(tmp_path / "s.sock")
+        server = await asyncio.start_unix_server(on_connect, path)
+        client = await Transport.open_unix(path, {}, serve_conn=2, call_conn=1)
+        assert await client.call(PLUGIN, "M", b"z", timeout=5) == b"srv:z"
+        await wait_for(lambda: len(accepted) == 1, "server transport created")
+        client.close("done")
+        assert await accepted[0].wait_closed() == "peer closed the connection (EOF)"
+        server.close()
+        await server.wait_closed()
+
+    run(main())
