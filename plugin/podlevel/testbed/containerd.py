@@ -211,11 +211,22 @@ class Containerd:
                 raise ContainerdError(f"downloading {self.flavour.package} took longer than "
                                       f"{FETCH_TIMEOUT_S:g}s; is a Debian mirror reachable?") from exc
         if done.returncode != 0:
+            said = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
             raise ContainerdError(f"cannot download containerd {self.flavour.name} ({self.flavour.package}) "
-                                  f"with hack/fetch-debs: {done.stderr.strip() or done.stdout.strip()}")
+                                  f"with hack/fetch-debs: {said}{self._apt_problems()}")
         missing = [name for name in ("containerd", SHIM_BINARY, "ctr") if not (self.bin_dir / name).exists()]
         if missing:
             raise ContainerdError(f"{self.flavour.package} unpacked into {self.cache} lacks {missing}")
+
+    def _apt_problems(self) -> str:
+        """apt's warnings and errors from the last package list update: apt-get update exits 0 when a
+        mirror is unreachable, so the reason is often only in its log."""
+        try:
+            lines = (self.cache / "apt" / "update.log").read_text().splitlines()
+        except OSError:
+            return ""
+        problems = [line for line in lines if line.startswith(("E:", "W:"))]
+        return "; apt-get update said:\n" + "\n".join(problems) if problems else ""
 
     def config(self) -> str:
         """The containerd config for this flavour, every path under `base`."""

@@ -1,0 +1,31 @@
+"""Test bed CRI resources: `Resources.kubelet` converts requests/limits the way the kubelet does (vectors
+from the kubelet's MilliCPUToShares/MilliCPUToQuota rules) and survives the protobuf round trip."""
+
+from __future__ import annotations
+
+import pytest
+
+from podlevel.testbed.cri import Resources
+
+
+@pytest.mark.parametrize(("request_", "limit", "memory", "want"), [
+    ("500m", "500m", "64Mi",
+     Resources(cpu_shares=512, cpu_quota=50000, cpu_period=100000, memory_limit=64 << 20)),
+    ("2", "2", "1Gi",
+     Resources(cpu_shares=2048, cpu_quota=200000, cpu_period=100000, memory_limit=1 << 30)),
+    ("100m", None, None, Resources(cpu_shares=102)),
+    (None, "3", None, Resources(cpu_shares=3072, cpu_quota=300000, cpu_period=100000)),
+    (None, None, None, Resources(cpu_shares=2)),
+    ("1m", "1m", None, Resources(cpu_shares=2, cpu_quota=1000, cpu_period=100000)),
+], ids=["burstable-half", "guaranteed-2", "request-only", "limit-implies-request", "besteffort",
+        "below-minimums"])
+def test_kubelet_conversion(request_: str | None, limit: str | None, memory: str | None,
+                            want: Resources) -> None:
+    assert Resources.kubelet(request_, limit, memory) == want
+
+
+def test_proto_round_trip() -> None:
+    resources = Resources.kubelet("1500m", "2", "256Mi", cpuset_cpus="2-3", cpuset_mems="1")
+    message = resources.to_proto()
+    assert (message.cpu_shares, message.cpu_quota, message.cpuset_cpus) == (1536, 200000, "2-3")
+    assert Resources.from_proto(message) == resources
