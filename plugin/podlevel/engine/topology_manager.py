@@ -67,6 +67,9 @@ class Scope(StrEnum):
     POD = "pod"
 
 
+Fitness = Callable[[int], tuple[int, ...]]
+"""A sort key over masks: the smaller key is the fitter mask when two hints are otherwise equal."""
+
 ProviderHints = Mapping[str, Sequence[TopologyHint] | None] | None
 """One provider's answer: resource -> hints. A None list means no preference for that resource, an empty list
 means the resource cannot be placed at all; a None (or empty) answer means no preference for anything."""
@@ -158,8 +161,8 @@ class TopologyManager:
         self.default_affinity = mask_of(self.node_ids)
         self._lattice = NodeLattice(self.node_ids) if count <= LATTICE_MAX_NODES else None
         closest = options.prefer_closest_numa_nodes and self.policy is not TopologyPolicyName.SINGLE_NUMA_NODE
-        self._fitness: Callable[[int], tuple[int, ...]] = (
-            _closest_key(topology, self.node_ids) if closest else _narrowest_key
+        self._fitness: Fitness = (
+            closest_key(topology, self.node_ids) if closest else narrowest_key
         )
 
     def merge(self, providers: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
@@ -188,25 +191,14 @@ class TopologyManager:
         reachable = reachable_ands(masks, default, self._lattice)
         if not reachable:
             return TopologyHint(default, False)
-        return TopologyHint(self._best_non_preferred(reachable, best_non_preferred_count(affinities)), False)
+        target = best_non_preferred_count(affinities)
+        return TopologyHint(best_non_preferred(reachable, target, self._fitness), False)
 
-    def _best_non_preferred(self, candidates: Collection[int], target: int) -> int:
-        """`compare`'s non-preferred cases 1-3cc, resolved over the whole candidate set at once."""
-        exact = [m for m in candidates if m.bit_count() == target]
-        if exact:
-            return min(exact, key=self._fitness)
-        below = [m for m in candidates if m.bit_count() < target]
-        if below:
-            widest = max(m.bit_count() for m in below)
-            return min((m for m in below if m.bit_count() == widest), key=self._fitness)
-        return min(candidates, key=self._fitness)
-
-
-def _narrowest_key(mask: int) -> tuple[int, ...]:
+def narrowest_key(mask: int) -> tuple[int, ...]:
     return mask.bit_count(), mask
 
 
-def _closest_key(topology: Topology, node_ids: Sequence[int]) -> Callable[[int], tuple[int, ...]]:
+def closest_key(topology: Topology, node_ids: Sequence[int]) -> Fitness:
     """Fewer nodes first, then the lower mean distance over all ordered node pairs (self pairs included), then
     the lower mask (`NUMAInfo.Closest`). Masks compared here always have equal size, so sums compare as means.
     """
@@ -256,6 +248,19 @@ def best_non_preferred_count(affinities: Iterable[set[int | None]]) -> int:
         if counts:
             best = max(best, min(counts))
     return best
+
+
+def best_non_preferred(candidates: Collection[int], target: int, fitness: Fitness) -> int:
+    """`compare`'s non-preferred cases 1-3cc, resolved over the whole candidate set at once: the fittest mask
+    of `target` nodes, else the fittest of the largest size below it, else the fittest of all."""
+    exact = [m for m in candidates if m.bit_count() == target]
+    if exact:
+        return min(exact, key=fitness)
+    below = [m for m in candidates if m.bit_count() < target]
+    if below:
+        widest = max(m.bit_count() for m in below)
+        return min((m for m in below if m.bit_count() == widest), key=fitness)
+    return min(candidates, key=fitness)
 
 
 def reachable_ands(mask_sets: Sequence[set[int]], default: int, lattice: NodeLattice | None) -> set[int]:
