@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from podlevel.engine.errors import InputError
 from podlevel.engine.pod import ContainerKind, QOSClass
 from podlevel.podspec.manifest import (
