@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from podlevel._proto.ttrpc import ttrpc_pb2
 from podlevel.ttrpc.codec import (
     MAX_INBOUND_MESSAGE,
@@ -183,9 +184,12 @@ def test_wrong_message_type_for_conn_is_a_protocol_error(conn: int, msg_type: in
 
 def test_even_stream_id_is_rejected_with_invalid_argument() -> None:
     conn = plugin()
-    out = conn.feed(raw_request(2))
-    assert out == [Rejected(2, Code.INVALID_ARGUMENT, "stream id 2 must be odd")]
-    assert conn.encode(out[0].response()) == runtime_side_response(2, Code.INVALID_ARGUMENT, out[0].message)
+    (rejected,) = conn.feed(raw_request(2))
+    assert rejected == Rejected(2, Code.INVALID_ARGUMENT, "stream id 2 must be odd")
+    assert isinstance(rejected, Rejected)
+    assert conn.encode(rejected.response()) == runtime_side_response(
+        2, Code.INVALID_ARGUMENT, rejected.message
+    )
     (ok,) = conn.feed(raw_request(1))
     assert isinstance(ok, Request)
 

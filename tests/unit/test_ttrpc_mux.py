@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+
 from podlevel.ttrpc.errors import ProtocolError
 from podlevel.ttrpc.mux import (
     GO_READ_BUFFER_SIZE,

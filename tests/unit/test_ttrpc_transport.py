@@ -10,8 +10,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from ttrpc_peer import Peer
 
-from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
+from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Request, Response
 from podlevel.ttrpc.mux import encode_frame
 from podlevel.ttrpc.transport import Handler, RpcError, Transport
 
@@ -43,38 +44,11 @@ async def transports(
     return plugin, runtime
 
 
-class RawPeer:
-    """The runtime end of a socketpair driven byte by byte with the codec."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.conn = Connection(serve_conn=2, call_conn=1)
-
-    @classmethod
-    async def with_transport(cls, handlers: dict[tuple[str, str], Handler]) -> tuple[RawPeer, Transport]:
-        a, b = socket.socketpair()
-        transport = await Transport.from_socket(a, handlers, name="plugin")
-        reader, writer = await asyncio.open_unix_connection(sock=b)
-        return cls(reader, writer), transport
-
-    async def send(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def next_message(self) -> Request | Response:
-        while True:
-            data = await self.reader.read(65536)
-            assert data, "transport closed the socket"
-            messages = self.conn.feed(data)
-            if messages:
-                (message,) = messages
-                assert isinstance(message, Request | Response)
-                return message
-
-    async def read_eof(self) -> None:
-        while await self.reader.read(65536):
-            pass
+async def peer_and_transport(handlers: dict[tuple[str, str], Handler]) -> tuple[Peer, Transport]:
+    """A codec-level runtime peer and the plugin-side transport under test."""
+    a, b = socket.socketpair()
+    transport = await Transport.from_socket(a, handlers, name="plugin")
+    return await Peer.over(b, serve_conn=2, call_conn=1), transport
 
 
 def test_calls_in_both_directions() -> None:
@@ -265,12 +239,13 @@ def test_bad_input_closes_with_logged_reason(
     data: bytes, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> None:
-        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"")})
-        await peer.send(data)
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): echo(b"")})
+        await peer.send_raw(data)
         closed_with = await transport.wait_closed()
         assert closed_with.startswith("protocol error:")
         assert reason in closed_with
-        await peer.read_eof()
+        await peer.wait_eof()
+        peer.close()
 
     with caplog.at_level(logging.WARNING, logger="podlevel.ttrpc.transport"):
         run(main())
@@ -279,14 +254,10 @@ def test_bad_input_closes_with_logged_reason(
 
 def test_even_and_reused_stream_ids_answered_invalid_argument_connection_stays() -> None:
     async def main() -> None:
-        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"ok:")})
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): echo(b"ok:")})
 
         async def ask(stream_id: int) -> Response:
-            await peer.send(peer.conn.encode(Request(stream_id, PLUGIN, "M", b"x")))
-            response = await peer.next_message()
-            assert isinstance(response, Response)
-            assert response.stream_id == stream_id
-            return response
+            return await peer.send_request(Request(stream_id, PLUGIN, "M", b"x"))
 
         assert (await ask(4)).code == Code.INVALID_ARGUMENT
         assert (await ask(3)).payload == b"ok:x"
@@ -298,6 +269,7 @@ def test_even_and_reused_stream_ids_answered_invalid_argument_connection_stays()
         assert (await ask(5)).payload == b"ok:x"
         assert not transport.closed
         transport.close("done")
+        peer.close()
         await transport.wait_closed()
 
     run(main())
@@ -305,13 +277,13 @@ def test_even_and_reused_stream_ids_answered_invalid_argument_connection_stays()
 
 def test_unknown_conn_frames_are_ignored() -> None:
     async def main() -> None:
-        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): echo(b"")})
-        await peer.send(encode_frame(5, b"whatever") + peer.conn.encode(Request(1, PLUGIN, "M", b"y")))
-        response = await peer.next_message()
-        assert isinstance(response, Response)
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): echo(b"")})
+        await peer.send_raw(encode_frame(5, b"whatever"))
+        response = await peer.call(PLUGIN, "M", b"y")
         assert response.payload == b"y"
         assert transport.dropped_frames == 1
         transport.close("done")
+        peer.close()
 
     run(main())
 
@@ -321,10 +293,11 @@ def test_handler_bug_in_send_path_closes_instead_of_escaping(caplog: pytest.LogC
         async def not_bytes(request: Request) -> bytes:
             return "text"  # type: ignore[return-value]
 
-        peer, transport = await RawPeer.with_transport({(PLUGIN, "M"): not_bytes})
-        await peer.send(peer.conn.encode(Request(1, PLUGIN, "M", b"")))
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): not_bytes})
+        await peer.send_raw(peer.conn.encode(Request(1, PLUGIN, "M", b"")))
         reason = await transport.wait_closed()
         assert reason.startswith("internal error:")
+        peer.close()
 
     run(main())
 

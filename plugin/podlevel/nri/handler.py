@@ -1,0 +1,128 @@
+"""The plugin-facing API: subclass `Handler`, override the events you need.
+
+The stub subscribes to exactly the events whose methods a subclass overrides (`subscribed_events`), so the
+subscription can never disagree with the code. Every method may be a plain function or an `async def`;
+the stub awaits whatever is awaitable, calls handlers one at a time, and must answer within the runtime's
+request timeout (2 s by default), so handlers must be quick.
+
+Arguments are the generated protobuf messages (`podlevel.nri.api`): `api.PodSandbox`, `api.Container`,
+`api.LinuxResources`. Treat them as read-only. Results name what the runtime does with them:
+- `adjust` changes the container being created;
+- `updates` change resources of *other* existing containers (never the one being created);
+- `evictions` ask the runtime to evict containers.
+Raising fails the event: for CreateContainer, RunPodSandbox, StartContainer and UpdateContainer the runtime
+fails the CRI operation with the message; for the others it only logs it. Raise
+`podlevel.ttrpc.transport.RpcError` to choose the status code (default Unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeAlias, TypeVar
+
+from podlevel._proto.nri import api_pb2 as api
+from podlevel.nri.runtime import Event, RuntimeInfo, mask_of
+
+T = TypeVar("T")
+MaybeAwaitable: TypeAlias = T | Awaitable[T]
+Updates: TypeAlias = Sequence[api.ContainerUpdate]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """Answer to CreateContainer."""
+
+    adjust: api.ContainerAdjustment | None = None
+    updates: Updates = ()
+    evictions: Sequence[api.ContainerEviction] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """Answer to UpdateContainer; an update for the container being updated replaces its new resources."""
+
+    updates: Updates = ()
+    evictions: Sequence[api.ContainerEviction] = ()
+
+
+class Handler:
+    """Base class of an NRI plugin. Default methods do nothing and are not subscribed to."""
+
+    def configure(self, runtime: RuntimeInfo, config: str) -> MaybeAwaitable[None]:
+        """The runtime describes itself; `config` is the plugin's config file text (launched plugins only)."""
+
+    def synchronize(
+        self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
+    ) -> MaybeAwaitable[Updates | None]:
+        """Every pod and container the runtime knows, on each (re)connect; reconcile and return updates."""
+
+    def run_pod_sandbox(self, pod: api.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def update_pod_sandbox(
+        self, pod: api.PodSandbox, overhead: api.LinuxResources, resources: api.LinuxResources
+    ) -> MaybeAwaitable[None]:
+        """NRI >= v0.10.0 only (containerd >= 2.2); never subscribed to on older runtimes."""
+
+    def post_update_pod_sandbox(self, pod: api.PodSandbox) -> MaybeAwaitable[None]:
+        """NRI >= v0.10.0 only (containerd >= 2.2); never subscribed to on older runtimes."""
+
+    def stop_pod_sandbox(self, pod: api.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def remove_pod_sandbox(self, pod: api.PodSandbox) -> MaybeAwaitable[None]: ...
+
+    def create_container(
+        self, pod: api.PodSandbox, container: api.Container
+    ) -> MaybeAwaitable[CreateResult | None]: ...
+
+    def post_create_container(
+        self, pod: api.PodSandbox, container: api.Container
+    ) -> MaybeAwaitable[None]: ...
+
+    def start_container(self, pod: api.PodSandbox, container: api.Container) -> MaybeAwaitable[None]: ...
+
+    def post_start_container(self, pod: api.PodSandbox, container: api.Container) -> MaybeAwaitable[None]: ...
+
+    def update_container(
+        self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
+    ) -> MaybeAwaitable[UpdateResult | None]:
+        """`resources` are the container's requested new resources (in-place resize, CPU manager)."""
+
+    def post_update_container(
+        self, pod: api.PodSandbox, container: api.Container
+    ) -> MaybeAwaitable[None]: ...
+
+    def stop_container(self, pod: api.PodSandbox, container: api.Container) -> MaybeAwaitable[Updates | None]:
+        """Also sent for a container whose creation failed, and when a task exits by itself."""
+
+    def remove_container(self, pod: api.PodSandbox, container: api.Container) -> MaybeAwaitable[None]: ...
+
+    def validate_container_adjustment(
+        self, request: api.ValidateContainerAdjustmentRequest
+    ) -> MaybeAwaitable[str | None]:
+        """NRI >= v0.10.0 only: return a reason to reject the merged adjustments, None to accept them."""
+
+
+# The handler method serving each event; the stub subscribes to an event when its method is overridden.
+EVENT_METHODS: Final[Mapping[Event, Callable[..., object]]] = {
+    Event.RUN_POD_SANDBOX: Handler.run_pod_sandbox,
+    Event.STOP_POD_SANDBOX: Handler.stop_pod_sandbox,
+    Event.REMOVE_POD_SANDBOX: Handler.remove_pod_sandbox,
+    Event.CREATE_CONTAINER: Handler.create_container,
+    Event.POST_CREATE_CONTAINER: Handler.post_create_container,
+    Event.START_CONTAINER: Handler.start_container,
+    Event.POST_START_CONTAINER: Handler.post_start_container,
+    Event.UPDATE_CONTAINER: Handler.update_container,
+    Event.POST_UPDATE_CONTAINER: Handler.post_update_container,
+    Event.STOP_CONTAINER: Handler.stop_container,
+    Event.REMOVE_CONTAINER: Handler.remove_container,
+    Event.UPDATE_POD_SANDBOX: Handler.update_pod_sandbox,
+    Event.POST_UPDATE_POD_SANDBOX: Handler.post_update_pod_sandbox,
+    Event.VALIDATE_CONTAINER_ADJUSTMENT: Handler.validate_container_adjustment,
+}
+
+
+def subscribed_events(handler: Handler) -> int:
+    """The subscription mask of `handler`: the bits of the events whose methods its class overrides."""
+    cls = type(handler)
+    return mask_of(event for event, base in EVENT_METHODS.items() if getattr(cls, base.__name__) is not base)

@@ -1,0 +1,82 @@
+"""A scriptable ttrpc peer for tests, written directly on the sans-I/O codec (not on the transport).
+
+The test decides when to answer each inbound request and may write arbitrary bytes, so it can play a
+runtime that answers out of order, slowly, with errors, or with garbage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from podlevel.ttrpc.codec import Connection, Rejected, Request, Response
+
+TIMEOUT = 5.0
+
+
+class Peer:
+    """One end of a socket: serves nothing by itself, queues inbound requests for the test."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, serve_conn: int, call_conn: int
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.conn = Connection(serve_conn=serve_conn, call_conn=call_conn)
+        self.requests: asyncio.Queue[Request | Rejected] = asyncio.Queue()
+        self.eof = asyncio.Event()
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def over(cls, sock: socket.socket, *, serve_conn: int, call_conn: int) -> Peer:
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        return cls(reader, writer, serve_conn=serve_conn, call_conn=call_conn)
+
+    async def _read(self) -> None:
+        try:
+            while data := await self.reader.read(65536):
+                for message in self.conn.feed(data):
+                    if isinstance(message, Response):
+                        self._pending.pop(message.stream_id).set_result(message)
+                    else:
+                        self.requests.put_nowait(message)
+        except ConnectionError:
+            pass
+        finally:
+            self.eof.set()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def send_request(self, request: Request) -> Response:
+        """Send `request` (any stream id) and wait for the response on its stream id."""
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[request.stream_id] = future
+        await self.send_raw(self.conn.encode(request))
+        async with asyncio.timeout(TIMEOUT):
+            return await future
+
+    async def call(self, service: str, method: str, payload: bytes) -> Response:
+        return await self.send_request(
+            self.conn.request(service, method, payload, timeout_nano=2_000_000_000)
+        )
+
+    async def next_request(self) -> Request:
+        async with asyncio.timeout(TIMEOUT):
+            message = await self.requests.get()
+        assert isinstance(message, Request), message
+        return message
+
+    async def reply(
+        self, request: Request, payload: bytes = b"", *, code: int = 0, message: str = ""
+    ) -> None:
+        await self.send_raw(self.conn.encode(Response(request.stream_id, payload, code, message)))
+
+    async def wait_eof(self) -> None:
+        async with asyncio.timeout(TIMEOUT):
+            await self.eof.wait()
+
+    def close(self) -> None:
+        self.writer.close()
