@@ -1,0 +1,772 @@
+"""The memory manager's `Static` policy: per-NUMA-node accounting of `memory` and each hugepage size.
+
+Semantics are the kubelet's (`pkg/kubelet/cm/memorymanager/policy_static.go`), including KEP-5526's
+`AllocatePod`. Only Guaranteed pods are managed. A container's (or pod's) request becomes one block per memory
+resource, pinned to a NUMA mask; the machine state charges each block to the mask's nodes greedily, in node
+order, moving bytes from `free` to `reserved`.
+
+Invariants kept by every operation (each returns a new `MemoryState` and never mutates its input):
+- per node and resource, `free + reserved == allocatable == total - system_reserved` (`memory` also minus the
+  node's hugepages), so a node's free bytes never go negative;
+- a node is either used by single-node blocks only (`cells == (node,)`) or by blocks over exactly one group
+  of nodes (`cells` == that group): a multi-node hint never mixes with single-node allocations
+  (`isAffinityViolatingNUMAAllocations`); `assignments` counts the blocks charged to the node, and `cells`
+  resets to the node alone when it drops to zero;
+- a pod-level pod (KEP-5526) charges the machine once with its pod budget (`pod_entries`); its containers'
+  blocks are bookkeeping inside that budget, and the budget is released when its last container entry goes;
+- admitting a pod that already has `pod_entries` changes nothing (kubelet bug #140906 double-charged it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from operator import and_
+from types import MappingProxyType
+from typing import Final
+
+from podlevel.engine.bitmask import format_nodes, iterate_masks, mask_of, nodes_of
+from podlevel.engine.errors import EmptyPodSharedPoolError, InputError, UnexpectedAdmissionError
+from podlevel.engine.pod import (
+    HUGEPAGES_PREFIX,
+    MEMORY,
+    Container,
+    ContainerKind,
+    Pod,
+    QOSClass,
+    is_memory_resource,
+)
+from podlevel.engine.quantity import bytes_of, format_bytes
+from podlevel.engine.topology import NUMANode, Topology
+from podlevel.engine.topology_manager import TopologyHint
+
+RESERVED_MEMORY_RULE: Final = "reserved memory"
+MEMORY_STATE_RULE: Final = "memory manager state"
+
+Requests = Mapping[str, int]
+"""memory resource name -> bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTable:
+    """One memory resource on one NUMA node, in bytes (the checkpoint's `MemoryTable`)."""
+
+    total: int
+    system_reserved: int
+    allocatable: int
+    reserved: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class NUMANodeState:
+    assignments: int
+    """Blocks charged to this node (a block over k nodes counts on each of them)."""
+    memory_map: Mapping[str, MemoryTable]
+    cells: tuple[int, ...]
+    """The group of nodes this node's blocks span; the node alone when single-node or unused."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBlock:
+    numa_affinity: tuple[int, ...]
+    type: str
+    size: int
+
+
+Entries = Mapping[str, Mapping[str, tuple[MemoryBlock, ...]]]
+PodEntries = Mapping[str, tuple[MemoryBlock, ...]]
+Reusable = Mapping[str, Mapping[int, Mapping[str, int]]]
+_NO_ENTRIES: Final[Entries] = MappingProxyType({})
+_NO_POD_ENTRIES: Final[PodEntries] = MappingProxyType({})
+_NO_REUSABLE: Final[Reusable] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    machine: Mapping[int, NUMANodeState]
+    entries: Entries = field(default_factory=lambda: _NO_ENTRIES)
+    """pod uid -> container name -> blocks."""
+    pod_entries: PodEntries = field(default_factory=lambda: _NO_POD_ENTRIES)
+    """pod uid -> the pod budget's blocks (KEP-5526 pod-level pods only)."""
+    init_reusable: Reusable = field(default_factory=lambda: _NO_REUSABLE)
+    """pod uid -> NUMA mask -> resource -> bytes held by the pod's standard init containers, which its later
+    containers reuse instead of charging the machine again (`initContainersReusableMemory`). Like the kubelet,
+    only the pod allocated last keeps an entry; it is runtime bookkeeping, not checkpointed."""
+
+    def blocks(self, pod_uid: str, container_name: str) -> tuple[MemoryBlock, ...] | None:
+        return self.entries.get(pod_uid, {}).get(container_name)
+
+
+def hugepage_resource(page_size: int) -> str:
+    """The resource name of a page size in bytes, as the kubelet spells it (2097152 -> `hugepages-2Mi`)."""
+    return f"{HUGEPAGES_PREFIX}{format_bytes(page_size)}"
+
+
+def describe(requests: Requests) -> str:
+    return ", ".join(f"{format_bytes(size)} {name}" for name, size in sorted(requests.items())) or "nothing"
+
+
+class StaticMemoryPolicy:
+    """The Static policy on one machine. Stateless itself: every call takes and returns a `MemoryState`."""
+
+    def __init__(self, topology: Topology, reserved: Mapping[int, Mapping[str, int]]) -> None:
+        self.topology = topology
+        self.node_ids: tuple[int, ...] = topology.numa_node_ids
+        self.reserved = _checked_reservation(topology, reserved)
+        machine = {
+            node.id: NUMANodeState(0, _default_tables(node, self.reserved.get(node.id, {})), (node.id,))
+            for node in topology.numa_nodes
+        }
+        self._initial = MemoryState(MappingProxyType(machine))
+        # Every NUMA node combination in `IterateBitMasks` order, with its index in the packed subset-sum
+        # lists of `_subset_sums` (bit i of a packed index stands for node_ids[i]).
+        position = {n: i for i, n in enumerate(self.node_ids)}
+        self._masks: tuple[int, ...] = tuple(iterate_masks(self.node_ids))
+        self._sizes: tuple[int, ...] = tuple(m.bit_count() for m in self._masks)
+        self._packed: tuple[int, ...] = tuple(sum(1 << position[n] for n in nodes_of(m)) for m in self._masks)
+        self._hint_pairs = tuple((TopologyHint(m, False), TopologyHint(m, True)) for m in self._masks)
+        resources = sorted({name for state in machine.values() for name in state.memory_map})
+        self._allocatable: Mapping[str, tuple[int, ...]] = {
+            name: self._per_mask([_table(machine[n], name).allocatable for n in self.node_ids])
+            for name in resources
+        }
+        self._no_memory = (0,) * len(self._masks)
+
+    def _per_mask(self, per_node: list[int]) -> tuple[int, ...]:
+        """Sums of a per-node quantity over every mask, in mask order."""
+        sums = _subset_sums(per_node)
+        return tuple(sums[p] for p in self._packed)
+
+    def initial_state(self) -> MemoryState:
+        return self._initial
+
+    # -- hints ---------------------------------------------------------------------------------------------
+
+    def container_hints(
+        self, state: MemoryState, pod: Pod, container: Container
+    ) -> dict[str, list[TopologyHint] | None] | None:
+        """`GetTopologyHints`: the masks that can hold the container's request, or its existing blocks'."""
+        if pod.qos_class() is not QOSClass.GUARANTEED:
+            return None
+        requests = container_requests(pod, container)
+        existing = state.blocks(pod.uid, container.name)
+        if existing is not None:
+            return _regenerated_hints(existing, requests)
+        return self._hints(state, pod.uid, requests)
+
+    def pod_hints(self, state: MemoryState, pod: Pod) -> dict[str, list[TopologyHint] | None] | None:
+        """`GetPodTopologyHints`: hints for the pod budget (KEP-5526) or the pod-scope container total.
+
+        A pod-level pod that breaks the empty-shared-pool rule gets an empty list per resource, which every
+        policy but best-effort rejects. A pod already charged regenerates its hint from its pod blocks (the
+        kubelet compares them with a container's blocks, which never match a budget, and loses the hint).
+        """
+        if pod.qos_class() is not QOSClass.GUARANTEED:
+            return None
+        requests = pod_requests(pod)
+        if pod.resources is not None and empty_shared_pool_violation(pod, requests) is not None:
+            return {name: [] for name in requests}
+        if not requests:
+            return None
+        pod_blocks = state.pod_entries.get(pod.uid)
+        if pod_blocks is not None:
+            return _regenerated_hints(pod_blocks, requests)
+        for container in pod.all_containers:
+            existing = state.blocks(pod.uid, container.name)
+            if existing is not None:
+                return _regenerated_hints(existing, requests)
+        return self._hints(state, pod.uid, requests)
+
+    def _hints(
+        self, state: MemoryState, pod_uid: str, requests: Requests
+    ) -> dict[str, list[TopologyHint] | None]:
+        hints = self._calculate_hints(state, pod_uid, requests)
+        if not hints:
+            return {}
+        return {name: list(hints) for name in requests}
+
+    def _calculate_hints(self, state: MemoryState, pod_uid: str, requests: Requests) -> list[TopologyHint]:
+        """`calculateHints`: every mask with enough allocatable memory for each resource, that the node groups
+        allow, and with enough free memory (plus what the pod's init containers hold there); preferred when
+        as narrow as the narrowest mask with enough *allocatable* memory. Empty when nothing fits."""
+        if not requests:
+            return []
+        fits = [True] * len(self._masks)
+        for name, size in requests.items():
+            fits = list(map(and_, fits, [s >= size for s in self._allocatable.get(name, self._no_memory)]))
+        if True not in fits:
+            return []
+        narrowest = self._sizes[fits.index(True)]
+        machine = state.machine
+        held = state.init_reusable.get(pod_uid)
+        for name, size in requests.items():
+            free = _subset_sums([_table(machine[n], name).free for n in self.node_ids])
+            if held:
+                extra = [held.get(m, {}).get(name, 0) for m in self._masks]
+                row = [free[p] + e >= size for p, e in zip(self._packed, extra, strict=True)]
+            else:
+                row = [free[p] >= size for p in self._packed]
+            fits = list(map(and_, fits, row))
+        groups = {1 << n: mask_of(machine[n].cells) for n in self.node_ids}
+        assigned = mask_of(n for n in self.node_ids if machine[n].assignments > 0)
+        if assigned or any(g.bit_count() > 1 for g in groups.values()):
+            fits = [f and _groups_allow(m, assigned, groups) for f, m in zip(fits, self._masks, strict=True)]
+        return [
+            pair[size == narrowest]
+            for pair, size, fit in zip(self._hint_pairs, self._sizes, fits, strict=True)
+            if fit
+        ]
+
+    # -- allocation ----------------------------------------------------------------------------------------
+
+    def allocate(self, state: MemoryState, pod: Pod, container: Container, hint: TopologyHint) -> MemoryState:
+        """`Allocate`: charge the container's request on the hinted nodes (container path, idempotent)."""
+        if pod.qos_class() is not QOSClass.GUARANTEED:
+            return state
+        existing = state.blocks(pod.uid, container.name)
+        if existing is not None:
+            return replace(state, init_reusable=_reusable_after(state, pod, container, existing))
+        requests = container_requests(pod, container)
+        if not requests:
+            # A container of a pod-level pod that is not equivalent-Guaranteed runs in shared memory. The
+            # kubelet would look for a default hint for "nothing" and fail the pod; there is nothing to pin.
+            return state
+        nodes = nodes_of(self._resolve(state, pod, requests, hint))
+        blocks = tuple(MemoryBlock(nodes, name, size) for name, size in sorted(requests.items()))
+        reusable = state.init_reusable.get(pod.uid, {}).get(mask_of(nodes), {})
+        machine = dict(state.machine)
+        for block in blocks:
+            _charge(machine, nodes, block.type, max(block.size - reusable.get(block.type, 0), 0))
+        entries = _with_entry(state.entries, pod.uid, container.name, blocks)
+        entries = _shrink_init_blocks(entries, pod, container, blocks)
+        return MemoryState(
+            machine, entries, state.pod_entries, _reusable_after(state, pod, container, blocks)
+        )
+
+    def allocate_pod(self, state: MemoryState, pod: Pod, hint: TopologyHint) -> MemoryState:
+        """KEP-5526 `AllocatePod`: charge the pod budget once on one mask and partition it among the
+        containers: exclusive blocks for equivalent-Guaranteed containers, the pod shared pool for the rest.
+        A pod that already has its pod blocks is left as it is."""
+        if pod.qos_class() is not QOSClass.GUARANTEED or pod.uid in state.pod_entries:
+            return state
+        budget = pod_requests(pod)
+        violation = empty_shared_pool_violation(pod, budget)
+        if violation is not None:
+            raise EmptyPodSharedPoolError(f"pod {pod.namespace}/{pod.name}: {violation}")
+        if not budget:
+            return state
+        nodes = nodes_of(self._resolve(state, pod, budget, hint))
+        machine = dict(state.machine)
+        for name, size in sorted(budget.items()):
+            _charge(machine, nodes, name, size)
+        pod_blocks = _blocks(nodes, budget)
+        entries = dict(state.entries)
+        entries[pod.uid] = _partition(pod, budget, nodes)
+        pod_entries = {**state.pod_entries, pod.uid: pod_blocks}
+        return MemoryState(machine, entries, pod_entries, state.init_reusable)
+
+    def _resolve(self, state: MemoryState, pod: Pod, requests: Requests, hint: TopologyHint) -> int:
+        """The mask to charge: the topology manager's hint, else the default hint; widened to the narrowest
+        calculated hint around it when it lacks free memory (the merge ANDs masks); refused when it would mix
+        single-node and multi-node allocations on a node."""
+        best = hint
+        if best.affinity is None:
+            default = _find_best(self._calculate_hints(state, pod.uid, requests))
+            if default is None:
+                raise self._failed(pod, f"no NUMA nodes have {describe(requests)} free")
+            if hint.preferred and not default.preferred:
+                raise self._failed(
+                    pod,
+                    f"the topology manager asked for a preferred placement of {describe(requests)} but the "
+                    f"best default placement {format_nodes(default.affinity)} is not preferred",
+                )
+            best = default
+        affinity = best.affinity
+        assert affinity is not None
+        if not self._fits(state, affinity, requests):
+            around = [
+                h
+                for h in self._calculate_hints(state, pod.uid, requests)
+                if h.affinity is not None and h.affinity & affinity == affinity
+            ]
+            extended = _find_best(around)
+            if extended is None:
+                raise self._failed(
+                    pod,
+                    f"NUMA nodes {format_nodes(affinity)} lack {describe(requests)} free and no wider "
+                    "placement around them has it",
+                )
+            if best.preferred and not extended.preferred:
+                raise self._failed(
+                    pod,
+                    f"NUMA nodes {format_nodes(affinity)} lack {describe(requests)} free and the "
+                    f"placement around them, {format_nodes(extended.affinity)}, is not preferred",
+                )
+            assert extended.affinity is not None
+            affinity = extended.affinity
+        if self._violates_groups(state, affinity):
+            raise self._failed(
+                pod,
+                f"NUMA nodes {format_nodes(affinity)} would mix single-node and multi-node memory "
+                "allocations on a node",
+            )
+        return affinity
+
+    def _fits(self, state: MemoryState, affinity: int, requests: Requests) -> bool:
+        """`isAffinitySatisfyRequest`: enough free memory of every resource on the mask's nodes."""
+        nodes = nodes_of(affinity)
+        return all(
+            sum(_table(state.machine[n], name).free for n in nodes if n in state.machine) >= size
+            for name, size in requests.items()
+        )
+
+    def _violates_groups(self, state: MemoryState, affinity: int) -> bool:
+        """`isAffinityViolatingNUMAAllocations`."""
+        nodes = nodes_of(affinity)
+        if len(nodes) == 1:
+            return False
+        for n in nodes:
+            node = state.machine[n]
+            if node.assignments and tuple(sorted(node.cells)) != nodes:
+                return True
+        return False
+
+    @staticmethod
+    def _failed(pod: Pod, reason: str) -> UnexpectedAdmissionError:
+        return UnexpectedAdmissionError(
+            f"Allocate failed due to memory manager: pod {pod.namespace}/{pod.name}: {reason}, "
+            "which is unexpected"
+        )
+
+    # -- release and queries -------------------------------------------------------------------------------
+
+    def remove_container(self, state: MemoryState, pod_uid: str, container_name: str) -> MemoryState:
+        """`RemoveContainer`: forget the container; release its blocks, or, for a pod-level pod, the pod
+        budget once no container entry of the pod is left. Removing an unknown container changes nothing."""
+        pod_blocks = state.pod_entries.get(pod_uid)
+        containers = state.entries.get(pod_uid, {})
+        if pod_blocks is None and container_name not in containers:
+            return state
+        remaining = {name: blocks for name, blocks in containers.items() if name != container_name}
+        entries = dict(state.entries)
+        if remaining:
+            entries[pod_uid] = remaining
+        else:
+            entries.pop(pod_uid, None)
+        if pod_blocks is not None:
+            if remaining:
+                return replace(state, entries=entries)
+            released = pod_blocks
+            pod_entries = {uid: blocks for uid, blocks in state.pod_entries.items() if uid != pod_uid}
+        else:
+            released = containers[container_name]
+            pod_entries = dict(state.pod_entries)
+        machine = dict(state.machine)
+        for block in released:
+            _release(machine, block)
+        reusable = state.init_reusable
+        if not remaining and pod_uid in reusable:
+            reusable = {uid: held for uid, held in reusable.items() if uid != pod_uid}
+        return MemoryState(machine, entries, pod_entries, reusable)
+
+    def mems_of(self, state: MemoryState, pod_uid: str, container_name: str) -> tuple[int, ...] | None:
+        """The NUMA nodes for the container's cpuset.mems (`GetMemoryNUMANodes`); None when it has no blocks.
+
+        A pod-level container whose share is empty (every byte went to exclusive siblings) still lives in the
+        pod's bubble, so it gets the bubble's nodes."""
+        blocks = state.blocks(pod_uid, container_name)
+        if blocks is None:
+            return None
+        nodes = {n for block in blocks for n in block.numa_affinity}
+        if not nodes:
+            nodes = {n for block in state.pod_entries.get(pod_uid, ()) for n in block.numa_affinity}
+        return tuple(sorted(nodes)) or None
+
+    def check_state(self, state: MemoryState) -> None:
+        """The kubelet's `validateState` for a restored state: recharging every recorded block on the
+        initial machine must give the recorded machine (same totals, reservations, assignments and groups,
+        and the same free and reserved bytes over each group). Raises InputError naming the difference."""
+        if state.machine.keys() != self._initial.machine.keys():
+            raise InputError(
+                MEMORY_STATE_RULE,
+                f"the state has NUMA nodes {sorted(state.machine)}, the machine {list(self.node_ids)}",
+            )
+        expected = dict(self._initial.machine)
+        for pod_uid, containers in state.entries.items():
+            pod_blocks = state.pod_entries.get(pod_uid)
+            charged = [pod_blocks] if pod_blocks is not None else list(containers.values())
+            for blocks in charged:
+                for block in blocks:
+                    unknown = [n for n in block.numa_affinity if n not in expected]
+                    if unknown or any(block.type not in expected[n].memory_map for n in block.numa_affinity):
+                        raise InputError(
+                            MEMORY_STATE_RULE,
+                            f"pod {pod_uid}: a {block.type} block on NUMA nodes {list(block.numa_affinity)} "
+                            "uses a node or resource the machine does not have",
+                        )
+                    _charge(expected, block.numa_affinity, block.type, block.size)
+        for n in self.node_ids:
+            _compare_node(n, state.machine, expected)
+
+
+def _subset_sums(per_node: list[int]) -> list[int]:
+    """The sum over every subset of nodes, indexed by packed subset (bit i = the i-th node)."""
+    sums = [0]
+    for value in per_node:
+        sums += [s + value for s in sums]
+    return sums
+
+
+def _groups_allow(mask: int, assigned: int, groups: Mapping[int, int]) -> bool:
+    """A single-node mask needs a node outside any group; a multi-node mask needs every used node in it to be
+    grouped with exactly this mask."""
+    if mask & (mask - 1) == 0:
+        return groups[mask].bit_count() == 1
+    used = mask & assigned
+    while used:
+        low = used & -used
+        if groups[low] != mask:
+            return False
+        used ^= low
+    return True
+
+
+# -- requests ------------------------------------------------------------------------------------------------
+
+
+def container_requests(pod: Pod, container: Container) -> dict[str, int]:
+    """`getContainerRequestedResources`: the container's memory and hugepages requests; nothing for a
+    container of a pod-level pod that is not equivalent-Guaranteed (it runs in a shared pool)."""
+    resources = container.resources
+    if pod.resources is not None and not resources.is_equivalent_guaranteed():
+        return {}
+    names = resources.requests.keys() | resources.limits.keys()
+    return {name: resources.request(name) for name in names if is_memory_resource(name)}
+
+
+def pod_requests(pod: Pod) -> dict[str, int]:
+    """`getPodRequestedResources`: the pod budget's memory resources (KEP-5526), or else, per resource an app
+    container requests, the larger of the init-time peak and all app containers plus sidecars (KEP-753)."""
+    if pod.resources is not None:
+        budget = pod.resources
+        names = budget.requests.keys() | budget.limits.keys()
+        return {n: budget.request(n) for n in names if is_memory_resource(n) and budget.request(n) > 0}
+    names = {name for container in pod.containers for name in container_requests(pod, container)}
+    return {name: pod.aggregate_request(name) for name in names}
+
+
+def empty_shared_pool_violation(pod: Pod, budget: Requests) -> str | None:
+    """KEP-5526's empty-shared-pool rule for memory (`validatePodScopeResources`), or None when kept.
+
+    A container is exclusive when it has any memory request (after `container_requests`) and shared when it
+    has none, whatever the resource; standard init containers run one at a time beside the sidecars before
+    them, sidecars and app containers run together for the pod's whole life.
+    """
+    long_running: dict[str, int] = {}
+    shared: list[str] = []
+    for container in pod.init_containers:
+        requests = container_requests(pod, container)
+        if container.kind is ContainerKind.INIT:
+            for name, total in sorted(budget.items()):
+                left = total - long_running.get(name, 0)
+                if requests and requests.get(name, 0) > left:
+                    return (
+                        f"init container {container.name!r} needs {requests[name]} bytes of {name} but only "
+                        f"{left} of the pod's {total} are left beside the sidecars before it"
+                    )
+                if not requests and left <= 0:
+                    return (
+                        f"init container {container.name!r} needs the pod shared pool but the sidecars "
+                        f"before it take {total - left} of the pod's {total} bytes of {name}"
+                    )
+            continue
+        _add_long_running(long_running, shared, container.name, requests)
+    for container in pod.containers:
+        _add_long_running(long_running, shared, container.name, container_requests(pod, container))
+    for name, total in sorted(budget.items()):
+        taken = long_running.get(name, 0)
+        if shared and taken >= total:
+            return (
+                f"exclusive containers take {taken} of the pod's {total} bytes of {name}, leaving an empty "
+                f"pod shared pool for {', '.join(shared)}"
+            )
+    return None
+
+
+def _add_long_running(long_running: dict[str, int], shared: list[str], name: str, requests: Requests) -> None:
+    if not requests:
+        shared.append(name)
+    for resource, size in requests.items():
+        long_running[resource] = long_running.get(resource, 0) + size
+
+
+def _partition(pod: Pod, budget: Requests, nodes: tuple[int, ...]) -> dict[str, tuple[MemoryBlock, ...]]:
+    """The per-container bookkeeping of a pod budget (`AllocatePod` step 4): exclusive containers get their
+    requests; a shared standard init container gets the budget minus the sidecars before it; shared app
+    containers and shared sidecars get what the sidecars and exclusive app containers leave."""
+    assigned: dict[str, tuple[MemoryBlock, ...]] = {}
+    sidecars: dict[str, int] = {}
+    for container in pod.init_containers:
+        requests = container_requests(pod, container)
+        if requests:
+            assigned[container.name] = _blocks(nodes, requests)
+            if container.kind is ContainerKind.SIDECAR:
+                for name, size in requests.items():
+                    sidecars[name] = sidecars.get(name, 0) + size
+        elif container.kind is ContainerKind.INIT:
+            assigned[container.name] = _blocks(nodes, {n: t - sidecars.get(n, 0) for n, t in budget.items()})
+    pool = {name: total - sidecars.get(name, 0) for name, total in budget.items()}
+    for container in pod.containers:
+        requests = container_requests(pod, container)
+        if requests:
+            assigned[container.name] = _blocks(nodes, requests)
+            for name, size in requests.items():
+                if name in pool:
+                    pool[name] -= size
+    shared = _blocks(nodes, pool)
+    return {c.name: assigned.get(c.name, shared) for c in pod.all_containers}
+
+
+def _blocks(nodes: tuple[int, ...], sizes: Requests) -> tuple[MemoryBlock, ...]:
+    return tuple(MemoryBlock(nodes, name, size) for name, size in sorted(sizes.items()) if size > 0)
+
+
+def _regenerated_hints(
+    blocks: Iterable[MemoryBlock], requests: Requests
+) -> dict[str, list[TopologyHint] | None] | None:
+    """`regenerateHints`: a preferred hint per block when the blocks match the request exactly, else None."""
+    blocks = tuple(blocks)
+    if len(blocks) != len(requests):
+        return None
+    grouped: dict[str, list[TopologyHint]] = {name: [] for name in requests}
+    for block in blocks:
+        if requests.get(block.type) != block.size:
+            return None
+        grouped[block.type].append(TopologyHint(mask_of(block.numa_affinity), True))
+    return {name: hints for name, hints in grouped.items()}
+
+
+def _find_best(hints: Iterable[TopologyHint]) -> TopologyHint | None:
+    """`findBestHint`: a preferred hint first, then the narrowest."""
+    return min(
+        hints,
+        key=lambda h: (not h.preferred, (h.affinity or 0).bit_count(), h.affinity or 0),
+        default=None,
+    )
+
+
+# -- machine state -------------------------------------------------------------------------------------------
+
+
+def _table(node: NUMANodeState, name: str) -> MemoryTable:
+    return node.memory_map.get(name, _NO_TABLE)
+
+
+_NO_TABLE: Final = MemoryTable(0, 0, 0, 0, 0)
+
+
+def _charge(machine: dict[int, NUMANodeState], nodes: tuple[int, ...], name: str, size: int) -> None:
+    """`updateMachineState`: count the block on every node of the mask and take `size` bytes greedily in node
+    order. Replaces the touched node states in `machine`."""
+    for n in nodes:
+        node = machine[n]
+        table = node.memory_map.get(name)
+        memory_map = node.memory_map
+        if size > 0 and table is not None and table.free > 0:
+            taken = min(size, table.free)
+            size -= taken
+            memory_map = {
+                **memory_map,
+                name: replace(table, reserved=table.reserved + taken, free=table.free - taken),
+            }
+        machine[n] = NUMANodeState(node.assignments + 1, memory_map, nodes)
+
+
+def _release(machine: dict[int, NUMANodeState], block: MemoryBlock) -> None:
+    """`releaseMemory` for one block: give its bytes back node by node, uncount it everywhere."""
+    size = block.size
+    for n in block.numa_affinity:
+        node = machine[n]
+        assignments = node.assignments - 1
+        cells = node.cells if assignments else (n,)
+        table = node.memory_map.get(block.type)
+        memory_map = node.memory_map
+        if size > 0 and table is not None and table.reserved > 0:
+            given = min(size, table.reserved)
+            size -= given
+            memory_map = {
+                **memory_map,
+                block.type: replace(table, reserved=table.reserved - given, free=table.free + given),
+            }
+        machine[n] = NUMANodeState(assignments, memory_map, cells)
+
+
+def _with_entry(
+    entries: Entries, pod_uid: str, name: str, blocks: tuple[MemoryBlock, ...]
+) -> dict[str, Mapping[str, tuple[MemoryBlock, ...]]]:
+    updated = dict(entries)
+    updated[pod_uid] = {**entries.get(pod_uid, {}), name: blocks}
+    return updated
+
+
+def _is_standard_init(pod: Pod, container: Container) -> bool:
+    return any(c.name == container.name and c.kind is ContainerKind.INIT for c in pod.init_containers)
+
+
+def _reusable_after(
+    state: MemoryState, pod: Pod, container: Container, blocks: tuple[MemoryBlock, ...]
+) -> Reusable:
+    """`updatePodReusableMemory`: a standard init container raises what its mask holds to its block sizes;
+    any other container uses that up. Entries of other pods are dropped."""
+    init = _is_standard_init(pod, container)
+    if not init and pod.uid not in state.init_reusable:
+        return _NO_REUSABLE
+    held = {mask: dict(sizes) for mask, sizes in state.init_reusable.get(pod.uid, {}).items()}
+    for block in blocks:
+        mask = mask_of(block.numa_affinity)
+        if init:
+            sizes = held.setdefault(mask, {})
+            sizes[block.type] = max(sizes.get(block.type, 0), block.size)
+        elif held.get(mask, {}).get(block.type, 0):
+            held[mask][block.type] = max(held[mask][block.type] - block.size, 0)
+    return {pod.uid: held}
+
+
+def _shrink_init_blocks(
+    entries: dict[str, Mapping[str, tuple[MemoryBlock, ...]]],
+    pod: Pod,
+    container: Container,
+    blocks: tuple[MemoryBlock, ...],
+) -> dict[str, Mapping[str, tuple[MemoryBlock, ...]]]:
+    """`updateInitContainersMemoryBlocks`: shrink the blocks of the standard init containers before this one
+    by what it reuses, so the pod's container blocks add up to what the machine charged."""
+    containers = dict(entries.get(pod.uid, {}))
+    for block in blocks:
+        size = block.size
+        for init in pod.init_containers:
+            if init.name == container.name or size == 0:
+                break
+            if init.kind is not ContainerKind.INIT or not containers.get(init.name):
+                continue
+            shrunk = []
+            for old in containers[init.name]:
+                if old.size and old.type == block.type and set(old.numa_affinity) == set(block.numa_affinity):
+                    taken = min(old.size, size)
+                    size -= taken
+                    old = replace(old, size=old.size - taken)
+                shrunk.append(old)
+            containers[init.name] = tuple(shrunk)
+    entries[pod.uid] = containers
+    return entries
+
+
+def _compare_node(n: int, actual: Mapping[int, NUMANodeState], expected: Mapping[int, NUMANodeState]) -> None:
+    have, want = actual[n], expected[n]
+    if have.assignments != want.assignments or sorted(have.cells) != sorted(want.cells):
+        raise InputError(
+            MEMORY_STATE_RULE,
+            f"NUMA node {n}: {have.assignments} assignments over nodes {sorted(have.cells)}, the recorded "
+            f"blocks give {want.assignments} over {sorted(want.cells)}",
+        )
+    if have.memory_map.keys() != want.memory_map.keys():
+        raise InputError(
+            MEMORY_STATE_RULE,
+            f"NUMA node {n}: resources {sorted(have.memory_map)}, the machine has {sorted(want.memory_map)}",
+        )
+    for name, table in have.memory_map.items():
+        target = want.memory_map[name]
+        for quantity in ("total", "system_reserved", "allocatable"):
+            recorded, machine = getattr(table, quantity), getattr(target, quantity)
+            if recorded != machine:
+                raise InputError(
+                    MEMORY_STATE_RULE,
+                    f"NUMA node {n} {name}: {quantity} is {recorded}, the machine and reservation give "
+                    f"{machine} (memory or --reserved-memory changed: drain the node and start over)",
+                )
+        group = have.cells
+        for quantity in ("free", "reserved"):
+            recorded = sum(getattr(_table(actual[g], name), quantity) for g in group)
+            recharged = sum(getattr(_table(expected[g], name), quantity) for g in group)
+            if recorded != recharged:
+                raise InputError(
+                    MEMORY_STATE_RULE,
+                    f"NUMA nodes {list(group)} {name}: {quantity} is {recorded}, the recorded blocks give "
+                    f"{recharged}",
+                )
+
+
+# -- machine and reservation ---------------------------------------------------------------------------------
+
+
+def _default_tables(node: NUMANode, reserved: Mapping[str, int]) -> Mapping[str, MemoryTable]:
+    """`getDefaultMachineState` for one node: hugepages per size, then memory minus every hugepage byte."""
+    tables: dict[str, MemoryTable] = {}
+    hugepages = 0
+    for page, count in sorted(node.hugepages.items()):
+        name = hugepage_resource(page)
+        total = page * count
+        held = reserved.get(name, 0)
+        tables[name] = MemoryTable(total, held, total - held, 0, total - held)
+        hugepages += total
+    held = reserved.get(MEMORY, 0)
+    allocatable = node.memory - held - hugepages
+    tables[MEMORY] = MemoryTable(node.memory, held, allocatable, 0, allocatable)
+    return MappingProxyType(tables)
+
+
+def _checked_reservation(
+    topology: Topology, reserved: Mapping[int, Mapping[str, int]]
+) -> dict[int, dict[str, int]]:
+    """The reservation with canonical resource names, or InputError naming the rule it breaks."""
+    checked: dict[int, dict[str, int]] = {}
+    for node_id, resources in sorted(reserved.items()):
+        node = topology.numa_by_id.get(node_id)
+        if node is None:
+            raise InputError(
+                RESERVED_MEMORY_RULE,
+                f"NUMA node {node_id} does not exist (the machine has {list(topology.numa_node_ids)})",
+            )
+        pages = {hugepage_resource(page): page * count for page, count in node.hugepages.items()}
+        limits = {**pages, MEMORY: node.memory - sum(pages.values())}
+        canonical: dict[str, int] = {}
+        for name, size in resources.items():
+            key = _canonical_resource(name)
+            if key not in limits:
+                raise InputError(
+                    RESERVED_MEMORY_RULE,
+                    f"NUMA node {node_id} has no {key} pages to reserve "
+                    f"(it has {', '.join(sorted(pages)) or 'none'})",
+                )
+            if key in canonical:
+                raise InputError(
+                    RESERVED_MEMORY_RULE, f"NUMA node {node_id}: {key} is reserved twice ({name!r})"
+                )
+            if size < 0 or size > limits[key]:
+                raise InputError(
+                    RESERVED_MEMORY_RULE,
+                    f"NUMA node {node_id}: {size} bytes of {key} reserved, must be between 0 and the node's "
+                    f"{limits[key]}",
+                )
+            canonical[key] = size
+        checked[node_id] = canonical
+    if sum(resources.get(MEMORY, 0) for resources in checked.values()) <= 0:
+        raise InputError(
+            RESERVED_MEMORY_RULE,
+            "the Static memory policy needs memory reserved for the system on at least one NUMA node "
+            "(kubelet --reserved-memory, e.g. 0:memory=1Gi); none is",
+        )
+    return checked
+
+
+def _canonical_resource(name: str) -> str:
+    """`memory`, or `hugepages-<size>` with the size spelled as the kubelet does (`hugepages-2048Ki` ->
+    `hugepages-2Mi`)."""
+    if name == MEMORY:
+        return MEMORY
+    if name.startswith(HUGEPAGES_PREFIX):
+        try:
+            return hugepage_resource(bytes_of(name.removeprefix(HUGEPAGES_PREFIX)))
+        except InputError:
+            pass
+    raise InputError(RESERVED_MEMORY_RULE, f"{name!r} is not a memory resource (memory or hugepages-<size>)")
