@@ -52,7 +52,8 @@ FREE_SOCKETS = [
 
 @pytest.mark.parametrize(("topology", "available", "expected"), FREE_SOCKETS)
 def test_free_sockets(topology: Topology, available: str, expected: list[int]) -> None:
-    assert sorted(accumulator(topology, available).free_sockets()) == expected
+    acc = accumulator(topology, available)
+    assert sorted(acc.wholly_free(acc.socket_order(acc.free), acc.layout.socket)) == expected
 
 
 FREE_NUMA_NODES = [
@@ -75,7 +76,8 @@ FREE_NUMA_NODES = [
 
 @pytest.mark.parametrize(("topology", "available", "expected"), FREE_NUMA_NODES)
 def test_free_numa_nodes_in_sort_order(topology: Topology, available: str, expected: list[int]) -> None:
-    assert accumulator(topology, available).free_numa_nodes() == expected
+    acc = accumulator(topology, available)
+    assert list(acc.wholly_free(acc.numa_order(acc.free), acc.layout.numa)) == expected
 
 
 FREE_CORES = [
@@ -92,7 +94,8 @@ FREE_CORES = [
 
 @pytest.mark.parametrize(("topology", "available", "expected"), FREE_CORES)
 def test_free_cores_in_sort_order(topology: Topology, available: str, expected: list[int]) -> None:
-    assert accumulator(topology, available).free_cores() == expected
+    acc = accumulator(topology, available)
+    assert list(acc.wholly_free(acc.core_order(acc.free), acc.layout.core)) == expected
 
 
 SORTED_CPUS = [
@@ -114,7 +117,8 @@ SORTED_CPUS = [
 def test_cpu_order_packed_and_spread(
     topology: Topology, available: str, spread: bool, expected: list[int]
 ) -> None:
-    assert accumulator(topology, available, spread=spread).sorted_cpus() == expected
+    acc = accumulator(topology, available, spread=spread)
+    assert list(acc.cpu_order(acc.free)) == expected
 
 
 COMMON_CASES = [

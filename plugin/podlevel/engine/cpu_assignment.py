@@ -10,7 +10,7 @@ units largest first, returning as soon as the request is met:
 4. single CPUs in the sorted CPU order.
 
 Invariants kept:
-- One sort rule orders every level (`CPUAccumulator.sorted_ids`): ascending number of free CPUs, ties by
+- One sort rule orders every level (`CPUAccumulator.order`): ascending number of free CPUs, ties by
   ascending id, i.e. best fit, fill the most used unit first. Levels nest: NUMA nodes, then the sockets of
   each, then the cores of each (or sockets, NUMA nodes, cores when sockets come first).
 - Packed CPU order: per sorted core, its free CPUs ascending (siblings together, e.g. 0,6,2,8,...). Spread
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -56,6 +56,14 @@ def _lowest(mask: int, count: int) -> int:
     return taken
 
 
+def _masks(groups: Mapping[int, CPUSet]) -> Mapping[int, int]:
+    return MappingProxyType({key: cpus.mask for key, cpus in groups.items()})
+
+
+def _smallest(masks: Mapping[int, int]) -> int:
+    return min(mask.bit_count() for mask in masks.values())
+
+
 def _frozen_groups(groups: Mapping[int, Iterable[int]]) -> Mapping[int, tuple[int, ...]]:
     return MappingProxyType({key: tuple(sorted(set(ids))) for key, ids in sorted(groups.items())})
 
@@ -80,6 +88,11 @@ class CPULayout:
     cpus_per_core: int
     cpus_per_uncore: int
     """Machine averages, as the kubelet's `CPUsPerCore()`/`CPUsPerUncore()` (CPUs / units, rounded down)."""
+    smallest_numa: int
+    smallest_socket: int
+    smallest_core: int
+    smallest_uncore: int
+    """The CPU count of the smallest unit of each level: once fewer are needed, no whole unit is taken."""
 
     @classmethod
     def of(cls, topology: Topology) -> CPULayout:
@@ -97,17 +110,19 @@ class CPULayout:
             cores_of_uncore.setdefault(info.uncore_cache, set()).add(info.core)
             uncores_of_numa.setdefault(info.numa_node, set()).add(info.uncore_cache)
 
-        def masks(groups: Mapping[int, CPUSet]) -> Mapping[int, int]:
-            return MappingProxyType({key: cpus.mask for key, cpus in groups.items()})
-
         numa = MappingProxyType({n: topology.cpus_by_numa[n].mask for n in sorted(sockets_of_numa)})
+        socket, core, uncore = (
+            _masks(topology.cpus_by_socket),
+            _masks(topology.cpus_by_core),
+            _masks(topology.cpus_by_uncore),
+        )
         num_cpus = topology.num_cpus
         return cls(
             all_cpus=topology.all_cpus.mask,
             numa=numa,
-            socket=masks(topology.cpus_by_socket),
-            core=masks(topology.cpus_by_core),
-            uncore=masks(topology.cpus_by_uncore),
+            socket=socket,
+            core=core,
+            uncore=uncore,
             sockets_of_numa=_frozen_groups(sockets_of_numa),
             numa_of_socket=_frozen_groups(numa_of_socket),
             cores_of_socket=_frozen_groups(cores_of_socket),
@@ -115,8 +130,12 @@ class CPULayout:
             cores_of_uncore=_frozen_groups(cores_of_uncore),
             uncores_of_numa=_frozen_groups(uncores_of_numa),
             numa_first=topology.num_sockets >= len(numa),
-            cpus_per_core=num_cpus // topology.num_cores,
-            cpus_per_uncore=num_cpus // len(topology.cpus_by_uncore),
+            cpus_per_core=num_cpus // len(core),
+            cpus_per_uncore=num_cpus // len(uncore),
+            smallest_numa=_smallest(numa),
+            smallest_socket=_smallest(socket),
+            smallest_core=_smallest(core),
+            smallest_uncore=_smallest(uncore),
         )
 
     def take(
@@ -195,75 +214,74 @@ class CPUAccumulator:
             raise AllocationFailed(f"not enough cpus available to satisfy request: {shortage}")
 
     # -- the one sort rule, and the hierarchy built from it ----------------------------------------
+    # Each step orders units by the free CPUs as they were when the step began (the kubelet builds its
+    # lists up front); the orders are generated lazily, so a small request sorts only what it visits.
 
-    def sorted_ids(self, ids: Iterable[int], masks: Mapping[int, int]) -> list[int]:
+    @staticmethod
+    def order(ids: Iterable[int], masks: Mapping[int, int], free: int) -> list[int]:
         """Units of `ids` that have free CPUs, by ascending number of free CPUs, ties by ascending id."""
-        free = self.free
         return sorted((i for i in ids if masks[i] & free), key=lambda i: ((masks[i] & free).bit_count(), i))
 
     def _within(
-        self, parents: list[int], children: Mapping[int, tuple[int, ...]], masks: Mapping[int, int]
-    ) -> list[int]:
-        """Each parent's children in sort order, parent by parent: the nesting of the hierarchy."""
-        return [child for parent in parents for child in self.sorted_ids(children[parent], masks)]
+        self,
+        parents: Iterable[int],
+        children: Mapping[int, tuple[int, ...]],
+        masks: Mapping[int, int],
+        free: int,
+    ) -> Iterator[int]:
+        """Each parent's children in order, parent by parent: the nesting of the hierarchy."""
+        for parent in parents:
+            yield from self.order(children[parent], masks, free)
 
-    def sorted_numa_nodes(self) -> list[int]:
+    def numa_order(self, free: int) -> Iterator[int]:
         layout = self.layout
         if layout.numa_first:
-            return self.sorted_ids(layout.numa, layout.numa)
-        return self._within(self.sorted_sockets(), layout.numa_of_socket, layout.numa)
+            return iter(self.order(layout.numa, layout.numa, free))
+        return self._within(self.socket_order(free), layout.numa_of_socket, layout.numa, free)
 
-    def sorted_sockets(self) -> list[int]:
+    def socket_order(self, free: int) -> Iterator[int]:
         layout = self.layout
         if layout.numa_first:
-            return self._within(self.sorted_numa_nodes(), layout.sockets_of_numa, layout.socket)
-        return self.sorted_ids(layout.socket, layout.socket)
+            return self._within(self.numa_order(free), layout.sockets_of_numa, layout.socket, free)
+        return iter(self.order(layout.socket, layout.socket, free))
 
-    def sorted_cores(self) -> list[int]:
+    def core_order(self, free: int) -> Iterator[int]:
         layout = self.layout
         if layout.numa_first:
-            return self._within(self.sorted_sockets(), layout.cores_of_socket, layout.core)
-        return self._within(self.sorted_numa_nodes(), layout.cores_of_numa, layout.core)
+            return self._within(self.socket_order(free), layout.cores_of_socket, layout.core, free)
+        return self._within(self.numa_order(free), layout.cores_of_numa, layout.core, free)
 
-    def sorted_uncores(self) -> list[int]:
-        return self._within(self.sorted_numa_nodes(), self.layout.uncores_of_numa, self.layout.uncore)
+    def uncore_order(self, free: int) -> Iterator[int]:
+        return self._within(self.numa_order(free), self.layout.uncores_of_numa, self.layout.uncore, free)
 
-    def sorted_cpus(self) -> list[int]:
-        """Packed: per sorted core, its free CPUs; spread: per sorted socket, its free CPUs. Ids ascending."""
-        free = self.free
+    def cpu_order(self, free: int) -> Iterator[int]:
+        """Packed: per core in order its free CPUs; spread: per socket in order its free CPUs; ascending."""
         if self.spread:
-            socket = self.layout.socket
-            return [cpu for s in self.sorted_sockets() for cpu in _bits(socket[s] & free)]
-        core = self.layout.core
-        return [cpu for c in self.sorted_cores() for cpu in _bits(core[c] & free)]
+            units, masks = self.socket_order(free), self.layout.socket
+        else:
+            units, masks = self.core_order(free), self.layout.core
+        for unit in units:
+            yield from _bits(masks[unit] & free)
 
-    def _whole(self, ids: Sequence[int], masks: Mapping[int, int]) -> list[int]:
-        return [i for i in ids if masks[i] & ~self.free == 0]
-
-    def free_numa_nodes(self) -> list[int]:
-        return self._whole(self.sorted_numa_nodes(), self.layout.numa)
-
-    def free_sockets(self) -> list[int]:
-        return self._whole(self.sorted_sockets(), self.layout.socket)
-
-    def free_uncores(self) -> list[int]:
-        return self._whole(self.sorted_uncores(), self.layout.uncore)
-
-    def free_cores(self) -> list[int]:
-        return self._whole(self.sorted_cores(), self.layout.core)
+    def wholly_free(self, units: Iterable[int], masks: Mapping[int, int]) -> Iterator[int]:
+        """The units all of whose CPUs are still free."""
+        return (unit for unit in units if masks[unit] & ~self.free == 0)
 
     # -- the steps, largest units first ------------------------------------------------------------
 
-    def _take_whole(self, units: list[int], masks: Mapping[int, int]) -> None:
-        for unit in units:
+    def _take_whole(self, units: Iterable[int], masks: Mapping[int, int], smallest: int) -> None:
+        """Take each wholly free unit, in order, while at least its size is still needed."""
+        for unit in self.wholly_free(units, masks):
+            if self.needed < smallest:
+                return
             if self.needs_at_least(masks[unit].bit_count()):
                 self.take(masks[unit])
 
     def take_full_numa_nodes(self) -> None:
-        self._take_whole(self.free_numa_nodes(), self.layout.numa)
+        self._take_whole(self.numa_order(self.free), self.layout.numa, self.layout.smallest_numa)
 
     def take_full_sockets(self) -> None:
-        self._take_whole(self.free_sockets(), self.layout.socket)
+        self._take_whole(self.socket_order(self.free), self.layout.socket, self.layout.smallest_socket)
 
     def take_full_first_level(self) -> None:
         if self.layout.numa_first:
@@ -292,22 +310,26 @@ class CPUAccumulator:
             self.take(cpus)
 
     def take_uncore_caches(self) -> None:
-        """Whole free uncore caches while a cache's worth is needed, else the rest inside one cache."""
-        for uncore in self.sorted_uncores():
-            if self.needs_at_least(self.layout.cpus_per_uncore):
-                self._take_whole(self.free_uncores(), self.layout.uncore)
+        """Whole free uncore caches while a cache's worth is needed, then the rest inside one cache.
+
+        The kubelet retries the whole caches before each cache it tries partially; only the first try can
+        take anything (what one pass leaves is larger than what is still needed), so it runs once here.
+        """
+        layout = self.layout
+        uncores = list(self.uncore_order(self.free))
+        if uncores and self.needs_at_least(layout.cpus_per_uncore):
+            self._take_whole(self.uncore_order(self.free), layout.uncore, layout.smallest_uncore)
+        for uncore in uncores:
             if self.is_satisfied():
                 return
             self.take_partial_uncore(uncore)
-            if self.is_satisfied():
-                return
 
     def take_full_cores(self) -> None:
-        self._take_whole(self.free_cores(), self.layout.core)
+        self._take_whole(self.core_order(self.free), self.layout.core, self.layout.smallest_core)
 
     def take_remaining_cpus(self) -> None:
         taken = 0
-        for cpu in self.sorted_cpus()[: self.needed]:
+        for cpu in itertools.islice(self.cpu_order(self.free), self.needed):
             taken |= 1 << cpu
         self.take(taken)
 
@@ -346,7 +368,7 @@ class CPUAccumulator:
         (rounded to 3 decimals); the lowest score wins, a perfect 0 stops the search early.
         """
         numa = self.layout.numa
-        nodes = self.sorted_numa_nodes()
+        nodes = list(self.numa_order(self.free))
         free_of = {n: (numa[n] & self.free).bit_count() for n in nodes}
         needed = self.needed
         lowest, highest = self.numa_range(group_size)

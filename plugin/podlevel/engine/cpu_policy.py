@@ -180,14 +180,35 @@ def empty_shared_pool_violation(
 
 
 @dataclass(frozen=True, slots=True)
-class _NUMAMask:
-    """One NUMA node combination, precomputed for hint generation."""
+class _NUMAMasks:
+    """Every NUMA node combination in the kubelet's `IterateBitMasks` order (sizes 1..n, lexicographic),
+    as parallel tuples, with the two hints each can give built once: hints are immutable and shared."""
 
-    affinity: int
-    nodes: int
-    cpus: int
-    size: int
-    sockets: int
+    cpus: tuple[int, ...]
+    sizes: tuple[int, ...]
+    nodes: tuple[int, ...]
+    sockets: tuple[int, ...]
+    hints: tuple[tuple[TopologyHint, TopologyHint], ...]
+    """(not preferred, preferred) per combination."""
+
+    @classmethod
+    def of(cls, layout: CPULayout) -> _NUMAMasks:
+        cpus, nodes, sockets, hints = [], [], [], []
+        ids = tuple(layout.numa)
+        for size in range(1, len(ids) + 1):
+            for combo in itertools.combinations(ids, size):
+                mask = 0
+                spanned: set[int] = set()
+                for node in combo:
+                    mask |= layout.numa[node]
+                    spanned.update(layout.sockets_of_numa[node])
+                affinity = sum(1 << node for node in combo)
+                cpus.append(mask)
+                nodes.append(size)
+                sockets.append(len(spanned))
+                hints.append((TopologyHint(affinity, False), TopologyHint(affinity, True)))
+        sizes = tuple(mask.bit_count() for mask in cpus)
+        return cls(tuple(cpus), sizes, tuple(nodes), tuple(sockets), tuple(hints))
 
 
 ProviderHints = dict[str, list[TopologyHint] | None] | None
@@ -216,23 +237,7 @@ class StaticCPUPolicy:
         self.layout = CPULayout.of(topology)
         self.cpus_per_core = self.layout.cpus_per_core
         """The kubelet's cpuGroupSize: the SMT level full-pcpus-only rounds to."""
-        self._masks = self._numa_masks()
-
-    def _numa_masks(self) -> tuple[_NUMAMask, ...]:
-        """Every NUMA node combination, sizes 1..n, lexicographic: the kubelet's `IterateBitMasks` order."""
-        layout = self.layout
-        ids = tuple(layout.numa)
-        masks = []
-        for size in range(1, len(ids) + 1):
-            for combo in itertools.combinations(ids, size):
-                cpus = 0
-                sockets: set[int] = set()
-                for node in combo:
-                    cpus |= layout.numa[node]
-                    sockets.update(layout.sockets_of_numa[node])
-                affinity = sum(1 << node for node in combo)
-                masks.append(_NUMAMask(affinity, size, cpus, cpus.bit_count(), len(sockets)))
-        return tuple(masks)
+        self._masks = _NUMAMasks.of(self.layout)
 
     # -- sets --------------------------------------------------------------------------------------
 
@@ -309,22 +314,26 @@ class StaticCPUPolicy:
         """Every NUMA combination that can hold `request` (with all of `reusable` inside it); preferred
         when it is as narrow as the narrowest that could hold it on an empty machine, or, with
         align-by-socket, when it spans no more sockets than that narrowest needs."""
-        narrowest = len(self.layout.numa)
-        reusable_count = reusable.bit_count()
-        fitting: list[_NUMAMask] = []
-        for mask in self._masks:
-            if mask.size >= request and mask.nodes < narrowest:
-                narrowest = mask.nodes
-            if reusable & ~mask.cpus:
-                continue
-            if reusable_count + (available & mask.cpus).bit_count() < request:
-                continue
-            fitting.append(mask)
+        masks = self._masks
+        narrowest = next(
+            (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
+            len(self.layout.numa),
+        )
+        if reusable:
+            need = request - reusable.bit_count()
+            fitting = [
+                i
+                for i, cpus in enumerate(masks.cpus)
+                if not reusable & ~cpus and (available & cpus).bit_count() >= need
+            ]
+        else:
+            fitting = [i for i, cpus in enumerate(masks.cpus) if (available & cpus).bit_count() >= request]
         min_sockets = 0
         if self.options.align_by_socket:
             per_socket = len(self.layout.numa) // self.topology.num_sockets
             min_sockets = -(-narrowest // per_socket) if per_socket else 0
-        return [TopologyHint(m.affinity, m.nodes == narrowest or m.sockets == min_sockets) for m in fitting]
+        nodes, sockets, hints = masks.nodes, masks.sockets, masks.hints
+        return [hints[i][nodes[i] == narrowest or sockets[i] == min_sockets] for i in fitting]
 
     def container_hints(self, state: CPUState, pod: Pod, container: Container) -> ProviderHints:
         """The kubelet's `GetTopologyHints` for one container (None = no preference, [] = impossible)."""
