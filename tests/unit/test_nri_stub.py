@@ -680,3 +680,25 @@ def test_stop_while_no_runtime_listens(tmp_path: Path, caplog: pytest.LogCapture
 def test_stub_requires_at_least_one_event() -> None:
     with pytest.raises(ValueError, match="overrides no event method"):
         Stub(Handler(), "podlevel", "10")
+
+
+def test_runtime_without_announced_timeouts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """containerd 1.7 sends no timeouts; the stub says so and judges handler speed by the 2 s default."""
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path):
+            stub = stub_for(Recorder(), path)
+            async with serving(stub):
+                side = await runtime.accept()
+                await side.handshake(
+                    runtime_version="1.7.24", registration_timeout_ms=0, request_timeout_ms=0
+                )
+                assert stub.runtime is not None
+                assert (stub.runtime.registration_timeout, stub.runtime.request_timeout) == (0, 0)
+
+    with caplog.at_level(logging.INFO, logger="podlevel.nri.stub"):
+        run(main())
+    assert (
+        "registration timeout none (runtime default), request timeout none (runtime default)" in caplog.text
+    )
+    assert "took" not in caplog.text

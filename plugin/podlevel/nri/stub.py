@@ -92,6 +92,11 @@ _current_call: contextvars.ContextVar[_HandlerCall | None] = contextvars.Context
 )
 
 
+def _seconds(timeout: float) -> str:
+    # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
+    return f"{timeout:.3f} s" if timeout else "none (runtime default)"
+
+
 def _decode(cls: type[M], payload: bytes) -> M:
     try:
         return cls.FromString(payload)
@@ -404,14 +409,13 @@ class Stub:
         runtime = RuntimeInfo.from_configure(request)
         session.runtime = runtime
         log.info(
-            "NRI plugin %s: runtime %s %s (NRI %s) announced registration timeout %.3f s, "
-            "request timeout %.3f s",
+            "NRI plugin %s: runtime %s %s (NRI %s) announced registration timeout %s, request timeout %s",
             self.identity,
             runtime.name,
             runtime.version,
             runtime.nri_version or "< v0.12, not reported",
-            runtime.registration_timeout,
-            runtime.request_timeout,
+            _seconds(runtime.registration_timeout),
+            _seconds(runtime.request_timeout),
         )
         events = self.events & runtime.valid_events
         if events != self.events:
