@@ -1,1 +1,2 @@
-
+"""NRI's wire layers below the NRI messages: `mux` (conns on one socket), `codec` (unary ttrpc, sans I/O),
+`transport` (both run over an asyncio unix socket). Nothing here knows NRI's services or messages."""
