@@ -1,0 +1,37 @@
+"""The `nri-podlevel` console script: argument parsing and dispatch, nothing else.
+
+Each subcommand lives in a sibling module `podlevel.cli.<name>` that defines `add_parser(subparsers)`; the
+parser it adds sets `handler`, a function from the parsed arguments to the exit status. Adding a command is
+adding its module name to `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+COMMANDS: Final = ("simulate",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nri-podlevel",
+        description="containerd NRI plugin: the kubelet's pod-level resource managers, NUMA-aligned.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"podlevel.cli.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

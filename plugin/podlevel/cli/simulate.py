@@ -1,0 +1,249 @@
+"""`nri-podlevel simulate`: admit Pod manifests, in order, on a described node with the plugin's own engine
+and print the decisions — one JSON object with `--json` (the DESIGN.md contract), tables otherwise.
+
+Decisions are printed as they stand after the last pod: shared pools are what every admitted pod leaves,
+exactly what `run` would hand the runtime at that moment. Exit status: 0 when every pod was admitted, 1 when
+any was refused, 2 on bad input (flags, topology, manifests); nothing is printed to stdout on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.manager import Assignment, ContainerDecision, Engine, NodeState, PodDecision
+from podlevel.engine.pod import Pod
+from podlevel.engine.quantity import format_bytes
+from podlevel.engine.topology import Topology, from_spec
+from podlevel.podspec.manifest import load_pods
+
+SYSFS_PREFIX = "sysfs="
+EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="admit Pod manifests on a described node and print the decisions",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--topology",
+        required=True,
+        metavar="SPEC|sysfs=DIR",
+        help="sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q] "
+        "or sysfs=DIR for a sysfs tree",
+    )
+    add_engine_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("pods", nargs="+", metavar="POD.yaml", help="Pod manifests ('-' reads stdin)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        topology = load_topology(args.topology)
+        engine = Engine(topology, engine_config(args, topology))
+        pods = read_pods(args.pods)
+    except (InputError, OSError) as err:
+        print(f"nri-podlevel simulate: {err}", file=sys.stderr)
+        return 2
+    result = simulate(engine, pods)
+    sys.stdout.write(render_json(result) if args.json else render_table(result))
+    return 0 if all(outcome.error is None for outcome in result.outcomes) else 1
+
+
+def load_topology(spec: str) -> Topology:
+    if spec.startswith(SYSFS_PREFIX):
+        sysfs = importlib.import_module("podlevel.sysfs")
+        topology: Topology = sysfs.read_topology(spec.removeprefix(SYSFS_PREFIX))
+        return topology
+    return from_spec(spec)
+
+
+def read_pods(paths: Sequence[str]) -> list[Pod]:
+    pods: list[Pod] = []
+    where: dict[str, str] = {}
+    for path in paths:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        for pod in load_pods(text, "<stdin>" if path == "-" else path):
+            if pod.uid in where:
+                raise InputError(
+                    "unique pods",
+                    f"{path}: pod {pod.namespace}/{pod.name} (uid {pod.uid}) is also in {where[pod.uid]}",
+                )
+            where[pod.uid] = path
+            pods.append(pod)
+    return pods
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    pod: Pod
+    error: AdmissionError | None
+
+
+@dataclass(frozen=True, slots=True)
+class Simulation:
+    engine: Engine
+    state: NodeState
+    outcomes: tuple[Outcome, ...]
+
+    def decision(self, outcome: Outcome) -> PodDecision | None:
+        return None if outcome.error is not None else self.engine.decision(self.state, outcome.pod.uid)
+
+
+def simulate(engine: Engine, pods: Sequence[Pod]) -> Simulation:
+    state = engine.initial_state()
+    outcomes: list[Outcome] = []
+    for pod in pods:
+        try:
+            state, _ = engine.admit(state, pod)
+        except AdmissionError as err:
+            outcomes.append(Outcome(pod, err))
+        else:
+            outcomes.append(Outcome(pod, None))
+    return Simulation(engine, state, tuple(outcomes))
+
+
+# -- JSON (contract) -------------------------------------------------------------------------------------
+
+
+def to_json(result: Simulation) -> dict[str, object]:
+    topology = result.engine.topology
+    return {
+        "topology": {
+            "cpus": str(topology.all_cpus),
+            "numa_nodes": {str(node): str(cpus) for node, cpus in topology.cpus_by_numa.items()},
+        },
+        "pods": [_pod_json(outcome, result.decision(outcome)) for outcome in result.outcomes],
+        "node_shared_pool": str(result.engine.node_shared_pool(result.state)),
+    }
+
+
+def render_json(result: Simulation) -> str:
+    return json.dumps(to_json(result), indent=2) + "\n"
+
+
+def _pod_json(outcome: Outcome, decision: PodDecision | None) -> dict[str, object]:
+    error = outcome.error
+    bubble = None
+    if decision is not None and (decision.bubble_cpus is not None or decision.bubble_mems is not None):
+        bubble = {
+            "cpus": str(decision.bubble_cpus) if decision.bubble_cpus is not None else None,
+            "mems": _mems(decision.bubble_mems) if decision.bubble_mems is not None else None,
+        }
+    return {
+        "name": outcome.pod.name,
+        "namespace": outcome.pod.namespace,
+        "admitted": error is None,
+        "error": None if error is None else {"type": error.type, "message": error.message},
+        "bubble": bubble,
+        "containers": [_container_json(c) for c in decision.containers] if decision is not None else [],
+    }
+
+
+def _container_json(decision: ContainerDecision) -> dict[str, object]:
+    return {
+        "name": decision.name,
+        "kind": decision.kind.value,
+        "assignment": decision.assignment.value,
+        "cpus": str(decision.cpus),
+        "mems": _mems(decision.mems),
+        "cpu_quota_us": decision.cpu_quota_us,
+        "cpu_period_us": decision.cpu_period_us,
+    }
+
+
+def _mems(nodes: Sequence[int]) -> str:
+    return str(CPUSet(nodes))
+
+
+# -- tables ----------------------------------------------------------------------------------------------
+
+
+def render_table(result: Simulation) -> str:
+    lines = [f"node: {result.engine.topology.describe()}", "", "PODS"]
+    for outcome in result.outcomes:
+        lines.extend(_pod_lines(outcome, result.decision(outcome)))
+    lines += ["", "NUMA NODES"]
+    lines.extend(_numa_lines(result))
+    lines += ["", f"node shared pool: {result.engine.node_shared_pool(result.state) or '-'}"]
+    return "\n".join(lines) + "\n"
+
+
+def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
+    title = f"{outcome.pod.namespace}/{outcome.pod.name}"
+    if outcome.error is not None or decision is None:
+        assert outcome.error is not None
+        return [f"  {title}  REFUSED  {outcome.error.type}: {outcome.error.message}"]
+    bubble = ""
+    if decision.bubble_cpus is not None or decision.bubble_mems is not None:
+        cpus = str(decision.bubble_cpus) if decision.bubble_cpus is not None else "-"
+        mems = _mems(decision.bubble_mems) if decision.bubble_mems is not None else "-"
+        bubble = f"  bubble cpus={cpus} mems={mems}"
+    rows = [["CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "CFS QUOTA/PERIOD"]]
+    for c in decision.containers:
+        quota = "untouched" if c.cpu_quota_us is None else f"{c.cpu_quota_us}/{c.cpu_period_us}"
+        rows.append([c.name, c.kind.value, c.assignment.value, str(c.cpus) or "-", _mems(c.mems), quota])
+    return [f"  {title}  admitted{bubble}", *_columns(rows, "    ")]
+
+
+def _numa_lines(result: Simulation) -> list[str]:
+    engine, state = result.engine, result.state
+    holders = _holders(result)
+    available = engine.node_shared_pool(state) - engine.reserved_cpus
+    lines: list[str] = []
+    for node, node_cpus in engine.topology.cpus_by_numa.items():
+        free = [f"cpu={len(available & node_cpus)}"]
+        numa_state = state.memory.machine.get(node)
+        if numa_state is not None:
+            free += [f"{name}={format_bytes(t.free)}" for name, t in sorted(numa_state.memory_map.items())]
+        lines.append(f"  node {node}: cpus {node_cpus}  free {' '.join(free)}")
+        rows = [[str(cpus & node_cpus), label] for label, cpus in holders if not cpus.is_disjoint(node_cpus)]
+        lines.extend(_columns([["CPUS", "HELD BY"], *rows], "    "))
+    return lines
+
+
+def _holders(result: Simulation) -> list[tuple[str, CPUSet]]:
+    """Who holds which CPUs: reserved, each exclusive slice, each pod shared pool, the node shared pool."""
+    engine, state = result.engine, result.state
+    holders: list[tuple[str, CPUSet]] = []
+    if engine.reserved_cpus:
+        also_shared = engine.reserved_cpus.is_subset(engine.node_shared_pool(state))
+        label = "reserved (node shared pool too)" if also_shared else "reserved"
+        holders.append((label, engine.reserved_cpus))
+    for outcome in result.outcomes:
+        decision = result.decision(outcome)
+        if decision is None:
+            continue
+        title = f"{outcome.pod.namespace}/{outcome.pod.name}"
+        slices = CPUSet()
+        for c in decision.containers:
+            if c.assignment in EXCLUSIVE:
+                holders.append((f"{title} {c.name} ({c.assignment.value})", c.cpus))
+                slices |= c.cpus
+        if decision.bubble_cpus is not None and decision.bubble_cpus - slices:
+            holders.append((f"{title} pod shared pool", decision.bubble_cpus - slices))
+    shared = engine.node_shared_pool(state) - engine.reserved_cpus
+    if shared:
+        holders.append(("node shared pool", shared))
+    return holders
+
+
+def _columns(rows: list[list[str]], indent: str) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]

@@ -1,0 +1,209 @@
+"""Invariants of the node engine over random machines and random admit/remove/re-admit sequences."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from podlevel.engine.cpu_policy import CPUManagerOptions
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import AdmissionError
+from podlevel.engine.manager import Assignment, Engine, EngineConfig, NodeState
+from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.topology import from_spec
+from podlevel.engine.topology_manager import Scope, TopologyPolicyName
+
+MI = 2**20
+PROPERTY_SETTINGS = settings(
+    deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+
+
+def resources(requests: Mapping[str, int], limits: Mapping[str, int]) -> Resources:
+    return Resources(requests=MappingProxyType(dict(requests)), limits=MappingProxyType(dict(limits)))
+
+
+@st.composite
+def container_resources(draw: st.DrawFn) -> Resources:
+    shape = draw(st.sampled_from(["none", "none", "guaranteed", "guaranteed", "fractional", "burstable"]))
+    memory = draw(st.integers(1, 8)) * 128 * MI
+    if shape == "guaranteed":
+        cpu = draw(st.integers(1, 3)) * 1000
+        return resources({"cpu": cpu, "memory": memory}, {"cpu": cpu, "memory": memory})
+    if shape == "fractional":
+        return resources({"cpu": 500, "memory": memory}, {"cpu": 500, "memory": memory})
+    if shape == "burstable":
+        return resources({"cpu": 250}, {})
+    return Resources()
+
+
+@st.composite
+def pods(draw: st.DrawFn, index: int) -> Pod:
+    init_count = draw(st.integers(0, 2))
+    init = tuple(
+        Container(
+            f"init-{i}",
+            draw(st.sampled_from([ContainerKind.INIT, ContainerKind.SIDECAR])),
+            draw(container_resources()),
+        )
+        for i in range(init_count)
+    )
+    apps = tuple(
+        Container(f"app-{i}", resources=draw(container_resources())) for i in range(draw(st.integers(1, 3)))
+    )
+    pod = Pod(uid=f"uid-{index}", name=f"pod-{index}", init_containers=init, containers=apps)
+    if not draw(st.booleans()):
+        return pod
+    cpu = pod.aggregate_request("cpu") + draw(st.sampled_from([0, 0, 1, 2])) * 1000
+    cpu = max(1000, -(-cpu // 1000) * 1000) if draw(st.booleans()) else max(cpu, 500)
+    memory = pod.aggregate_request("memory") + draw(st.integers(1, 4)) * 128 * MI
+    budget = {"cpu": cpu, "memory": memory}
+    return dataclasses.replace(pod, resources=resources(budget, budget))
+
+
+@st.composite
+def engines(draw: st.DrawFn) -> Engine:
+    sockets, nodes, cores, threads = (draw(st.integers(1, n)) for n in (2, 2, 4, 2))
+    spec = (
+        f"sockets={sockets},nodes-per-socket={nodes},cores-per-node={cores},threads-per-core={threads},"
+        "memory-per-node=4Gi"
+    )
+    topology = from_spec(spec)
+    policy = draw(st.sampled_from(list(TopologyPolicyName)))
+    reserved = CPUSet(draw(st.sets(st.sampled_from(sorted(topology.all_cpus)), min_size=1, max_size=2)))
+    options = {}
+    if draw(st.booleans()):
+        options["strict-cpu-reservation"] = "true"
+    if threads > 1 and draw(st.booleans()):
+        options["full-pcpus-only"] = "true"
+    config = EngineConfig(
+        scope=draw(st.sampled_from(list(Scope))),
+        topology_policy=policy,
+        cpu_options=CPUManagerOptions.parse(options, topology, policy.value),
+        reserved_cpus=reserved,
+        reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
+    )
+    return Engine(topology, config)
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "admit", "remove_container", "remove_pod"]),
+        st.integers(0, 5),
+        st.integers(0, 4),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+def frozen(value: Any) -> Any:
+    """A plain, deeply immutable copy of a state, so any in-place change to the original would show."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (
+            type(value).__name__,
+            tuple(frozen(getattr(value, f.name)) for f in dataclasses.fields(value)),
+        )
+    if isinstance(value, Mapping):
+        return tuple(sorted((repr(k), frozen(v)) for k, v in value.items()))
+    if isinstance(value, tuple | list | frozenset | set):
+        items = [frozen(v) for v in value]
+        return tuple(sorted(items, key=repr)) if isinstance(value, frozenset | set) else tuple(items)
+    return value
+
+
+def check_invariants(engine: Engine, state: NodeState) -> None:
+    topology = engine.topology
+    reserved = engine.reserved_cpus
+    shared = engine.node_shared_pool(state)
+    bubbles: list[CPUSet] = []
+    node_exclusive: list[tuple[str, CPUSet]] = []
+    long_running: list[CPUSet] = []
+    for uid in state.pods:
+        decision = engine.decision(state, uid)
+        if decision.bubble_cpus is not None:
+            bubbles.append(decision.bubble_cpus)
+            if engine.config.topology_policy is TopologyPolicyName.SINGLE_NUMA_NODE:
+                assert len(topology.numa_nodes_of(decision.bubble_cpus)) == 1
+        for c in decision.containers:
+            if c.assignment is Assignment.POD_EXCLUSIVE:
+                assert decision.bubble_cpus is not None and c.cpus.is_subset(decision.bubble_cpus)
+            if c.assignment is Assignment.NODE_EXCLUSIVE:
+                node_exclusive.append((uid, c.cpus))
+            if c.assignment in EXCLUSIVE:
+                assert c.cpu_quota_us == -1 and c.cpus
+                if c.kind is not ContainerKind.INIT:
+                    long_running.append(c.cpus)
+            if c.assignment is Assignment.POD_SHARED:
+                assert decision.bubble_cpus is not None and c.cpus.is_subset(decision.bubble_cpus)
+                assert c.cpus and c.cpu_quota_us is not None and c.cpu_quota_us > 0
+            if c.assignment is Assignment.NODE_SHARED:
+                assert c.cpus == shared and c.cpu_quota_us is None
+    for a, b in itertools.combinations(long_running, 2):
+        assert a.is_disjoint(b), f"{a} and {b} are both exclusive"
+    for a, b in itertools.combinations(bubbles, 2):
+        assert a.is_disjoint(b), f"bubbles {a} and {b} overlap"
+    for (uid_a, a), (uid_b, b) in itertools.combinations(node_exclusive, 2):
+        assert uid_a == uid_b or a.is_disjoint(b)
+    held = CPUSet()
+    for cpus in [*bubbles, *(cpus for _, cpus in node_exclusive)]:
+        assert cpus.is_disjoint(reserved), f"reserved CPUs {reserved} handed out in {cpus}"
+        assert cpus.is_disjoint(shared), f"{cpus} is both held and in the node shared pool {shared}"
+        held |= cpus
+    assert held | shared | reserved == topology.all_cpus
+
+
+@PROPERTY_SETTINGS
+@given(engine=engines(), data=st.data())
+def test_engine_invariants_over_random_sequences(engine: Engine, data: st.DataObject) -> None:
+    pool = [data.draw(pods(i), label=f"pod {i}") for i in range(6)]
+    start = engine.initial_state()
+    state = start
+    for op, index, container_index in data.draw(operations, label="operations"):
+        pod = pool[index]
+        if op == "admit":
+            before = frozen(state)
+            already = pod.uid in state.pods
+            try:
+                new_state, decision = engine.admit(state, pod)
+            except AdmissionError as err:
+                assert frozen(state) == before and not already
+                event(f"refused: {err.type}")
+                continue
+            event("admitted again" if already else "admitted")
+            assert decision == engine.decision(new_state, pod.uid)
+            if already:
+                assert new_state is state
+            state = new_state
+        elif op == "remove_container":
+            names = [c.name for c in pod.all_containers]
+            state = engine.remove_container(state, pod.uid, names[container_index % len(names)])
+        else:
+            state = engine.remove_pod(state, pod.uid)
+        check_invariants(engine, state)
+    for uid in list(state.pods):
+        state = engine.remove_pod(state, uid)
+    assert not state.pods and not state.live
+    assert state.cpu.default == start.cpu.default
+    assert state.memory.machine == start.memory.machine
+
+
+@PROPERTY_SETTINGS
+@given(engine=engines(), data=st.data())
+def test_a_refused_pod_leaves_the_state_equal(engine: Engine, data: st.DataObject) -> None:
+    state = engine.initial_state()
+    for i in range(4):
+        pod = data.draw(pods(i), label=f"pod {i}")
+        before = frozen(state)
+        try:
+            state, _ = engine.admit(state, pod)
+        except AdmissionError:
+            assert frozen(state) == before
+            assert pod.uid not in state.pods
