@@ -190,7 +190,7 @@ def test_engine_invariants_over_random_sequences(engine: Engine, data: st.DataOb
         check_invariants(engine, state)
     for uid in list(state.pods):
         state = engine.remove_pod(state, uid)
-    assert not state.pods and not state.live
+    assert not state.pods and not state.removed
     assert state.cpu.default == start.cpu.default
     assert state.memory.machine == start.memory.machine
 

@@ -213,7 +213,7 @@ def test_container_scope_refusal_has_no_pod_scope_prefix() -> None:
 def test_a_refused_pod_changes_nothing() -> None:
     eng = engine()
     state, _ = eng.admit(eng.initial_state(), example("pod-scope-mixed"))
-    before = NodeState(state.cpu, state.memory, dict(state.pods), dict(state.live))
+    before = NodeState(state.cpu, state.memory, dict(state.pods), dict(state.removed))
     for refused in (example("empty-shared-pool"), pod("big", guaranteed(10_000, GI), Container("c"))):
         with pytest.raises((EmptyPodSharedPoolError, TopologyAffinityError)):
             eng.admit(state, refused)
@@ -258,7 +258,7 @@ def test_bubble_is_released_only_with_the_last_container() -> None:
     assert [c.name for c in left.containers] == ["logging-sidecar"]
     assert eng.node_shared_pool(state).is_disjoint(decision.bubble_cpus)
     state = eng.remove_container(state, seed.uid, "logging-sidecar")
-    assert seed.uid not in state.pods and seed.uid not in state.live
+    assert seed.uid not in state.pods and seed.uid not in state.removed
     assert eng.node_shared_pool(state) == eng.topology.all_cpus
     assert state.memory.machine == start.memory.machine
     with pytest.raises(KeyError):
@@ -282,7 +282,7 @@ def test_remove_pod_returns_everything(scope: Scope) -> None:
         state, _ = eng.admit(state, example(name))
     for name in ("pod-scope-mixed", "container-scope-mixed"):
         state = eng.remove_pod(state, example(name).uid)
-    assert not state.pods and not state.live
+    assert not state.pods and not state.removed
     assert state.cpu.default == start.cpu.default
     assert state.memory.machine == start.memory.machine
 

@@ -12,7 +12,7 @@ Paths (KEP-5526 §4.1):
   stay in the node shared pool.
 
 Invariants: every operation returns a new `NodeState` or raises, so a refused pod leaves the state equal to
-what it was; admitting a pod that is already admitted returns the state unchanged; `pods` and `live` hold
+what it was; admitting a pod that is already admitted returns the state unchanged; `pods` holds
 exactly the pods with at least one container not yet removed; a bubble goes back to the node only when the
 pod's last container is removed.
 """
@@ -117,8 +117,17 @@ class NodeState:
     memory: MemoryState
     pods: Mapping[str, Pod]
     """Admitted pods by uid."""
-    live: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """pod uid -> names of its containers not yet removed."""
+    removed: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """pod uid -> names of its containers already removed, for pods that still have others. Kept apart from
+    `pods` so an admission copies one map, not two."""
+
+    def live_containers(self, pod_uid: str) -> tuple[Container, ...]:
+        """The pod's containers not yet removed, in declaration order (init containers first)."""
+        pod = self.pods.get(pod_uid)
+        if pod is None:
+            return ()
+        gone = self.removed.get(pod_uid)
+        return pod.all_containers if not gone else tuple(c for c in pod.all_containers if c.name not in gone)
 
 
 class Engine:
@@ -164,12 +173,7 @@ class Engine:
                 cpu, memory = self._admit_classic_pod_scope(state, pod)
         except AllocationFailed as err:
             raise UnexpectedAdmissionError(f"Allocate failed due to {err}, which is unexpected") from err
-        new = NodeState(
-            cpu=cpu,
-            memory=memory,
-            pods=_with(state.pods, pod.uid, pod),
-            live=_with(state.live, pod.uid, frozenset(c.name for c in pod.all_containers)),
-        )
+        new = NodeState(cpu=cpu, memory=memory, pods=_with(state.pods, pod.uid, pod), removed=state.removed)
         return new, self.decision(new, pod.uid)
 
     def _admit_pod_level(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
@@ -245,7 +249,7 @@ class Engine:
                     cpu.container_hints(cpu_state, pod, container) if cpu is not None else None,
                     memory.container_hints(memory_state, pod, container) if memory is not None else None,
                 ],
-                NodeState(cpu_state, memory_state, state.pods, state.live),
+                NodeState(cpu_state, memory_state, state.pods, state.removed),
                 partial(_requests, container),
             )
             if cpu is not None:
@@ -287,32 +291,31 @@ class Engine:
         Removing a container the engine does not know (already removed, never admitted) changes nothing, so
         replayed runtime events are harmless.
         """
-        live = state.live.get(pod_uid)
-        if live is None or name not in live:
+        live = state.live_containers(pod_uid)
+        if not any(c.name == name for c in live):
             return state
-        return self._release(state, pod_uid, live, (name,))
+        return self._release(state, pod_uid, len(live), (name,))
 
     def remove_pod(self, state: NodeState, pod_uid: str) -> NodeState:
         """Release every container of the pod that is still there (and with the last one, the bubble)."""
-        live = state.live.get(pod_uid)
-        if live is None:
+        live = state.live_containers(pod_uid)
+        if not live:
             return state
-        names = [c.name for c in state.pods[pod_uid].all_containers if c.name in live]
-        return self._release(state, pod_uid, live, names)
+        return self._release(state, pod_uid, len(live), [c.name for c in live])
 
-    def _release(
-        self, state: NodeState, pod_uid: str, live: frozenset[str], names: Sequence[str]
-    ) -> NodeState:
+    def _release(self, state: NodeState, pod_uid: str, live: int, names: Sequence[str]) -> NodeState:
+        """Remove `names`, `live` being how many of the pod's containers are still there."""
         cpu, memory = state.cpu, state.memory
         for name in names:
             if self._cpu is not None:
                 cpu = self._cpu.remove_container(cpu, pod_uid, name)
             if self._memory is not None:
                 memory = self._memory.remove_container(memory, pod_uid, name)
-        remaining = live.difference(names)
-        if remaining:
-            return NodeState(cpu, memory, state.pods, _with(state.live, pod_uid, remaining))
-        return NodeState(cpu, memory, _without(state.pods, pod_uid), _without(state.live, pod_uid))
+        if live > len(names):
+            gone = state.removed.get(pod_uid, frozenset()).union(names)
+            return NodeState(cpu, memory, state.pods, _with(state.removed, pod_uid, gone))
+        removed = _without(state.removed, pod_uid) if pod_uid in state.removed else state.removed
+        return NodeState(cpu, memory, _without(state.pods, pod_uid), removed)
 
     # -- views -------------------------------------------------------------------------------------------
 
@@ -326,7 +329,6 @@ class Engine:
         pod = state.pods.get(pod_uid)
         if pod is None:
             raise KeyError(f"pod {pod_uid} is not admitted")
-        live = state.live[pod_uid]
         bubble = state.cpu.pod_entries.get(pod_uid)
         bubble_mems = self._bubble_mems(state, pod_uid)
         entries = state.cpu.entries.get(pod_uid, {})
@@ -334,9 +336,7 @@ class Engine:
         cpu = self._cpu
         exclusive = {c.name: cpu.guaranteed_cpus(pod, c) for c in pod.all_containers} if cpu else {}
         containers: list[ContainerDecision] = []
-        for container in pod.all_containers:
-            if container.name not in live:
-                continue
+        for container in state.live_containers(pod_uid):
             quota: int | None = None
             if bubble is not None:
                 cpus = entries.get(container.name, bubble)
