@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from kubelet_topologies import DUAL_HT, DUAL_NO_HT, LARGE_HT, MULTI_NUMA_HT, SINGLE_HT, SOCKETS_PER_NUMA_HT
 
 from podlevel.engine.cpu_policy import (
@@ -15,6 +17,7 @@ from podlevel.engine.cpu_policy import (
 )
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import (
+    AdmissionError,
     EmptyPodSharedPoolError,
     InputError,
     SMTAlignmentError,
@@ -22,7 +25,7 @@ from podlevel.engine.errors import (
 )
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.quantity import bytes_of, milli_cpu
-from podlevel.engine.topology import Topology
+from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import TopologyHint
 
 ANY = TopologyHint(None, True)
@@ -903,3 +906,90 @@ def test_many_pods_keep_the_invariants_and_come_back_to_the_start() -> None:
         check_invariants(p, s)
     assert s.default == p.initial_state().default
     assert not s.entries and not s.pod_entries
+
+
+# -- random sequences ----------------------------------------------------------------------------------
+
+MACHINES = [
+    from_spec("sockets=2,nodes-per-socket=2,cores-per-node=4,threads-per-core=2,uncore-caches-per-node=2"),
+    from_spec("sockets=1,nodes-per-socket=2,cores-per-node=6,threads-per-core=1,uncore-caches-per-node=3"),
+    DUAL_HT,
+]
+OPTION_SETS = [
+    {},
+    {"full-pcpus-only": "true"},
+    {"distribute-cpus-across-numa": "true", "full-pcpus-only": "true"},
+    {"distribute-cpus-across-cores": "true"},
+    {"prefer-align-cpus-by-uncorecache": "true", "strict-cpu-reservation": "true"},
+    {"align-by-socket": "true"},
+]
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[int, int, list[tuple[str, Pod]]]:
+    steps: list[tuple[str, Pod]] = []
+    for i in range(draw(st.integers(1, 14))):
+        if draw(st.booleans()):
+            slices = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+            budget = sum(slices) + draw(st.integers(0, 2))
+            sidecar = (
+                ctr("side", str(draw(st.integers(1, 2))), SIDECAR)
+                if draw(st.booleans())
+                else ctr("side", kind=SIDECAR)
+            )
+            apps = [ctr(f"a{j}", str(n)) if n else ctr(f"a{j}") for j, n in enumerate(slices)]
+            steps.append(("admit", pod(f"p{i}", sidecar, *apps, budget=str(max(budget, 1)))))
+        else:
+            sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+            init = ctr("init", str(draw(st.integers(1, 4))), INIT)
+            steps.append(("admit", pod(f"c{i}", init, *[ctr(f"a{j}", str(n)) for j, n in enumerate(sizes)])))
+        if draw(st.booleans()) and steps:
+            steps.append(("remove", draw(st.sampled_from([p for _, p in steps]))))
+    return draw(st.integers(0, len(MACHINES) - 1)), draw(st.integers(0, len(OPTION_SETS) - 1)), steps
+
+
+def admit(p: StaticCPUPolicy, s: CPUState, the_pod: Pod) -> CPUState:
+    def first_preferred(found: dict[str, list[TopologyHint] | None] | None) -> TopologyHint:
+        listed = (found or {}).get("cpu") or []
+        return next((h for h in listed if h.preferred), ANY)
+
+    if the_pod.resources is not None:
+        return p.allocate_pod(s, the_pod, first_preferred(p.pod_hints(s, the_pod)))
+    for container in the_pod.all_containers:
+        s = p.allocate(s, the_pod, container, first_preferred(p.container_hints(s, the_pod, container)))
+    return s
+
+
+@given(workloads())
+@settings(deadline=None, max_examples=200)
+def test_random_admissions_and_removals_keep_the_invariants(
+    workload: tuple[int, int, list[tuple[str, Pod]]],
+) -> None:
+    machine, option_set, steps = workload
+    topology = MACHINES[machine]
+    p = policy(topology, "0", OPTION_SETS[option_set])
+    s = p.initial_state()
+    admitted: dict[str, Pod] = {}
+    for action, the_pod in steps:
+        if action == "remove":
+            for container in the_pod.all_containers:
+                s = p.remove_container(s, the_pod.uid, container.name)
+            admitted.pop(the_pod.uid, None)
+        elif the_pod.uid not in admitted:
+            try:
+                s = admit(p, s, the_pod)
+            except AdmissionError as refused:
+                event(f"refused: {refused.type}")
+                continue
+            event("admitted pod-level" if the_pod.resources is not None else "admitted")
+            admitted[the_pod.uid] = the_pod
+            for container in the_pod.all_containers:
+                cpus = p.cpus_of(s, the_pod.uid, container.name)
+                exclusive = p.guaranteed_cpus(the_pod, container)
+                assert not exclusive or len(cpus) == exclusive
+                assert cpus.is_disjoint(p.reserved) or (not exclusive and the_pod.resources is None)
+        check_invariants(p, s)
+    for the_pod in admitted.values():
+        for container in the_pod.all_containers:
+            s = p.remove_container(s, the_pod.uid, container.name)
+    assert s == p.initial_state()
