@@ -4,8 +4,9 @@
 //
 // Every event it handles is appended to the -events file as one JSON object per line, written with a
 // single write(2) on an O_APPEND descriptor so a reader polling the file never sees half a record.
-// With -env or -annotation it adjusts each container it is asked to create; it never touches CPU or
-// memory fields, because the runtime rejects two plugins adjusting the same field.
+// With -env or -annotation it adjusts each container it is asked to create, fields nri-podlevel never
+// sets. -cpus makes it pin containers too, which collides with nri-podlevel on purpose: the runtime
+// rejects a container when two plugins adjust the same field, and a test needs to see that happen.
 //
 // Exit status: 0 after SIGTERM/SIGINT, 1 when the runtime closes the connection or it cannot connect,
 // 2 on bad flags. A test can therefore tell "still registered" from "dropped by the runtime".
@@ -53,6 +54,7 @@ type cpuRecord struct {
 
 // adjustment is what this plugin asked the runtime to change.
 type adjustment struct {
+	Cpus        string            `json:"cpus,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
@@ -102,6 +104,7 @@ type plugin struct {
 	journal     *journal
 	env         keyValues
 	annotations keyValues
+	cpus        string
 }
 
 func (p *plugin) Configure(_ context.Context, _, runtime, version string) (api.EventMask, error) {
@@ -137,8 +140,11 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	for k, v := range p.annotations {
 		adjust.AddAnnotation(k, v)
 	}
-	if len(p.env)+len(p.annotations) > 0 {
-		rec.Adjusted = &adjustment{Env: p.env, Annotations: p.annotations}
+	if p.cpus != "" {
+		adjust.SetLinuxCPUSetCPUs(p.cpus)
+	}
+	if len(p.env)+len(p.annotations) > 0 || p.cpus != "" {
+		rec.Adjusted = &adjustment{Cpus: p.cpus, Env: p.env, Annotations: p.annotations}
 	}
 	p.journal.write(rec)
 	return adjust, nil, nil
@@ -172,6 +178,7 @@ func main() {
 	p := &plugin{env: keyValues{}, annotations: keyValues{}}
 	flag.Var(p.env, "env", "KEY=VALUE environment variable to add to every created container (repeatable)")
 	flag.Var(p.annotations, "annotation", "KEY=VALUE annotation to add to every created container (repeatable)")
+	flag.StringVar(&p.cpus, "cpus", "", "cpuset (Linux list) to pin every created container to")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(),
 			"usage: %s -events FILE [flags]\nNRI plugin on the upstream Go stub (%s).\n", os.Args[0], nriLibrary)
