@@ -32,7 +32,10 @@ DEFAULT_RESERVED_MEMORY: Final = "0:memory=100Mi"
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("resource managers (the kubelet's settings)")
     group.add_argument(
-        "--scope", choices=[s.value for s in Scope], default=Scope.POD.value, help="topology manager scope"
+        "--scope",
+        choices=[s.value for s in Scope],
+        default=Scope.POD.value,
+        help="topology manager scope (default %(default)s)",
     )
     group.add_argument(
         "--policy",
@@ -41,10 +44,16 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="topology manager policy (default %(default)s)",
     )
     group.add_argument(
-        "--cpu-policy", choices=["static", "none"], default="static", help="CPU manager policy"
+        "--cpu-policy",
+        choices=["static", "none"],
+        default="static",
+        help="CPU manager policy (default %(default)s)",
     )
     group.add_argument(
-        "--memory-policy", choices=["Static", "None"], default="Static", help="memory manager policy"
+        "--memory-policy",
+        choices=["Static", "None"],
+        default="Static",
+        help="memory manager policy (default %(default)s)",
     )
     group.add_argument(
         "--cpu-options",

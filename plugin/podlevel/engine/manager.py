@@ -11,10 +11,19 @@ Paths (KEP-5526 §4.1):
   set this is the hybrid model: equivalent-Guaranteed containers get exclusive CPUs from the node, the others
   stay in the node shared pool.
 
+Refusals are typed as the kubelet types them (TopologyAffinityError, with a "Pod Scope " prefix on the
+pod-level path, SMTAlignmentError, EmptyPodSharedPoolError, UnexpectedAdmissionError) and carry the numbers
+asked for and free per NUMA node. One deliberate difference: a pod that breaks the empty-shared-pool rule is
+refused with EmptyPodSharedPoolError under every topology policy; the kubelet reports it as a locality error
+under `restricted` and `single-numa-node`, where its hint providers answer such a pod with no hint.
+
+CFS quota (§4.6): -1 for exclusive CPUs; for the pod shared pool, the pod CPU limit minus the exclusive
+slices running beside the container; None (leave the runtime's value) in the node shared pool.
+
 Invariants: every operation returns a new `NodeState` or raises, so a refused pod leaves the state equal to
-what it was; admitting a pod that is already admitted returns the state unchanged; `pods` holds
-exactly the pods with at least one container not yet removed; a bubble goes back to the node only when the
-pod's last container is removed.
+what it was; admitting a pod that is already admitted returns the state unchanged; `pods` holds exactly the
+pods with at least one container not yet removed; a bubble goes back to the node only when the pod's last
+container is removed.
 """
 
 from __future__ import annotations
@@ -26,14 +35,12 @@ from functools import partial
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
 
-from podlevel.engine.cpu_assignment import AllocationFailed
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import (
     AdmissionError,
     EmptyPodSharedPoolError,
     TopologyAffinityError,
-    UnexpectedAdmissionError,
 )
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
@@ -164,15 +171,12 @@ class Engine:
         """Admit `pod` or raise AdmissionError; the returned state holds its allocations."""
         if pod.uid in state.pods:
             return state, self.decision(state, pod.uid)
-        try:
-            if self.config.scope is Scope.CONTAINER:
-                cpu, memory = self._admit_per_container(state, pod)
-            elif pod.resources is not None:
-                cpu, memory = self._admit_pod_level(state, pod)
-            else:
-                cpu, memory = self._admit_classic_pod_scope(state, pod)
-        except AllocationFailed as err:
-            raise UnexpectedAdmissionError(f"Allocate failed due to {err}, which is unexpected") from err
+        if self.config.scope is Scope.CONTAINER:
+            cpu, memory = self._admit_per_container(state, pod)
+        elif pod.resources is not None:
+            cpu, memory = self._admit_pod_level(state, pod)
+        else:
+            cpu, memory = self._admit_classic_pod_scope(state, pod)
         new = NodeState(cpu=cpu, memory=memory, pods=_with(state.pods, pod.uid, pod), removed=state.removed)
         return new, self.decision(new, pod.uid)
 
@@ -217,7 +221,7 @@ class Engine:
                 attempt()
             except EmptyPodSharedPoolError:
                 raise
-            except (AdmissionError, AllocationFailed):
+            except AdmissionError:
                 continue
 
     def _admit_classic_pod_scope(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
