@@ -38,7 +38,7 @@ from podlevel.engine.errors import (
 )
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, QOSClass
 from podlevel.engine.topology import Topology
-from podlevel.engine.topology_manager import TopologyHint, parse_go_bool
+from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName, parse_go_bool
 
 FULL_PCPUS_ONLY: Final = "full-pcpus-only"
 DISTRIBUTE_CPUS_ACROSS_NUMA: Final = "distribute-cpus-across-numa"
@@ -64,7 +64,6 @@ _INCOMPATIBLE: Final = (
     (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_CORES),
     (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_NUMA),
 )
-SINGLE_NUMA_NODE_POLICY: Final = "single-numa-node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +101,8 @@ class CPUManagerOptions:
                 raise InputError(_OPTION_RULE, f"{first} and {second} can not be used at the same time")
         if not self.align_by_socket:
             return
-        if topology_policy == SINGLE_NUMA_NODE_POLICY:
-            conflict = (
-                f"topology manager policy {SINGLE_NUMA_NODE_POLICY} is incompatible with {ALIGN_BY_SOCKET}"
-            )
+        if topology_policy == TopologyPolicyName.SINGLE_NUMA_NODE:
+            conflict = f"topology manager policy {topology_policy} is incompatible with {ALIGN_BY_SOCKET}"
             raise InputError(_OPTION_RULE, conflict)
         nodes = len({info.numa_node for info in topology.cpus})
         if topology.num_sockets > nodes:
@@ -211,7 +208,8 @@ class _NUMAMasks:
         return cls(tuple(cpus), sizes, tuple(nodes), tuple(sockets), tuple(hints))
 
 
-ProviderHints = dict[str, list[TopologyHint] | None] | None
+CPUHints = dict[str, list[TopologyHint] | None] | None
+"""`{"cpu": hints}`: None = no preference, [] = impossible (every policy but best-effort then rejects)."""
 
 
 def _name(pod: Pod) -> str:
@@ -303,6 +301,7 @@ class StaticCPUPolicy:
         return max(largest_init, apps + sidecars)
 
     def empty_shared_pool(self, pod: Pod, budget: int) -> str | None:
+        """What breaks the empty-shared-pool rule for this pod's CPU `budget`, or None."""
         guaranteed = pod.qos_class() is QOSClass.GUARANTEED
         return empty_shared_pool_violation(
             pod, budget, lambda container: self._exclusive_cpus(pod, guaranteed, container), "CPUs"
@@ -335,7 +334,7 @@ class StaticCPUPolicy:
         nodes, sockets, hints = masks.nodes, masks.sockets, masks.hints
         return [hints[i][nodes[i] == narrowest or sockets[i] == min_sockets] for i in fitting]
 
-    def container_hints(self, state: CPUState, pod: Pod, container: Container) -> ProviderHints:
+    def container_hints(self, state: CPUState, pod: Pod, container: Container) -> CPUHints:
         """The kubelet's `GetTopologyHints` for one container (None = no preference, [] = impossible)."""
         requested = self.guaranteed_cpus(pod, container)
         if requested == 0:
@@ -348,7 +347,7 @@ class StaticCPUPolicy:
         reusable = state.reusable.get(pod.uid, EMPTY)
         return {CPU: self._hints(self.assignable(state).mask, reusable.mask, requested)}
 
-    def pod_hints(self, state: CPUState, pod: Pod) -> ProviderHints:
+    def pod_hints(self, state: CPUState, pod: Pod) -> CPUHints:
         """The kubelet's `GetPodTopologyHints`: for the pod-level budget when the pod sets `.spec.resources`
         (impossible when it breaks the empty-shared-pool rule), else for the containers' pod-scope total."""
         requested = self.pod_guaranteed_cpus(pod)
