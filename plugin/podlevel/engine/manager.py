@@ -338,7 +338,9 @@ class Engine:
         entries = state.cpu.entries.get(pod_uid, {})
         shared_pool = self.node_shared_pool(state)
         cpu = self._cpu
-        exclusive = {c.name: cpu.guaranteed_cpus(pod, c) for c in pod.all_containers} if cpu else {}
+        exclusive: Mapping[str, int] = {}
+        if bubble is not None and cpu is not None:
+            exclusive = {c.name: cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
         containers: list[ContainerDecision] = []
         for container in state.live_containers(pod_uid):
             quota: int | None = None
