@@ -267,9 +267,14 @@ class StaticMemoryPolicy:
         return MemoryState(machine, entries, pod_entries, state.init_reusable)
 
     def _resolve(self, state: MemoryState, pod: Pod, requests: Requests, hint: TopologyHint) -> int:
-        """The mask to charge: the topology manager's hint, else the default hint; widened to the narrowest
-        calculated hint around it when it lacks free memory (the merge ANDs masks); refused when it would mix
-        single-node and multi-node allocations on a node."""
+        """The mask to charge: the topology manager's hint, else the default hint; widened to the best
+        calculated hint around it when it lacks free memory (the merge ANDs masks) or is a single node that
+        belongs to a group; refused when it would mix single-node and multi-node allocations on a node.
+
+        The kubelet widens only for lack of memory, and so charges a single grouped node when the merge hands
+        it one: that node's group then disagrees with its blocks and the kubelet's own state check fails on
+        the next restart. Widening to the group, as `calculateHints` would have offered, keeps it consistent.
+        """
         best = hint
         if best.affinity is None:
             default = _find_best(self._calculate_hints(state, pod.uid, requests))
@@ -284,7 +289,9 @@ class StaticMemoryPolicy:
             best = default
         affinity = best.affinity
         assert affinity is not None
-        if not self._fits(state, affinity, requests):
+        fits = self._fits(state, affinity, requests)
+        if not fits or self._inside_group(state, affinity):
+            why = f"lack {describe(requests)} free" if not fits else "belong to a multi-node group"
             around = [
                 h
                 for h in self._calculate_hints(state, pod.uid, requests)
@@ -294,14 +301,13 @@ class StaticMemoryPolicy:
             if extended is None:
                 raise self._failed(
                     pod,
-                    f"NUMA nodes {format_nodes(affinity)} lack {describe(requests)} free and no wider "
-                    "placement around them has it",
+                    f"NUMA nodes {format_nodes(affinity)} {why} and no wider placement around them fits",
                 )
             if best.preferred and not extended.preferred:
                 raise self._failed(
                     pod,
-                    f"NUMA nodes {format_nodes(affinity)} lack {describe(requests)} free and the "
-                    f"placement around them, {format_nodes(extended.affinity)}, is not preferred",
+                    f"NUMA nodes {format_nodes(affinity)} {why} and the placement around them, "
+                    f"{format_nodes(extended.affinity)}, is not preferred",
                 )
             assert extended.affinity is not None
             affinity = extended.affinity
@@ -320,6 +326,11 @@ class StaticMemoryPolicy:
             sum(_table(state.machine[n], name).free for n in nodes if n in state.machine) >= size
             for name, size in requests.items()
         )
+
+    @staticmethod
+    def _inside_group(state: MemoryState, affinity: int) -> bool:
+        """A single node whose memory is already charged together with other nodes."""
+        return affinity.bit_count() == 1 and len(state.machine[affinity.bit_length() - 1].cells) > 1
 
     def _violates_groups(self, state: MemoryState, affinity: int) -> bool:
         """`isAffinityViolatingNUMAAllocations`."""
