@@ -184,9 +184,9 @@ def render_table(result: Simulation) -> str:
 
 def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
     title = f"{outcome.pod.namespace}/{outcome.pod.name}"
-    if outcome.error is not None or decision is None:
-        assert outcome.error is not None
+    if outcome.error is not None:
         return [f"  {title}  REFUSED  {outcome.error.type}: {outcome.error.message}"]
+    assert decision is not None
     bubble = ""
     if decision.bubble_cpus is not None or decision.bubble_mems is not None:
         cpus = str(decision.bubble_cpus) if decision.bubble_cpus is not None else "-"
