@@ -1,0 +1,106 @@
+"""The NRI handler of `nri-podlevel run`: runtime events in, container cgroup settings out.
+
+Every CreateContainer waits on this code, so it does the engine work once and answers; updates for other
+containers ride on the answers of the events that can carry them (CreateContainer, StopContainer,
+Synchronize), never through a separate UpdateContainers call from inside a handler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from podlevel.agent.placement import Placement, Sandbox, Settings
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.manager import UNLIMITED_QUOTA
+from podlevel.nri import CreateResult, Handler, RuntimeInfo, api
+from podlevel.ttrpc.codec import Code
+from podlevel.ttrpc.transport import RpcError
+
+log = logging.getLogger("podlevel.agent")
+
+
+def sandbox_of(pod: api.PodSandbox) -> Sandbox:
+    return Sandbox(pod.id, pod.uid, pod.name, pod.namespace, dict(pod.annotations))
+
+
+def linux_cpu(settings: Settings) -> api.LinuxCPU:
+    cpu = api.LinuxCPU(cpus=str(settings.cpus), mems=settings.mems_text)
+    if settings.cpu_quota_us is not None:
+        cpu.quota.value = settings.cpu_quota_us
+        cpu.period.value = settings.cpu_period_us
+    return cpu
+
+
+def container_update(container_id: str, settings: Settings) -> api.ContainerUpdate:
+    update = api.ContainerUpdate(container_id=container_id)
+    update.linux.resources.cpu.CopyFrom(linux_cpu(settings))
+    # A container may be gone by the time the runtime applies this; that is not worth failing an event.
+    update.ignore_failure = True
+    return update
+
+
+def _cpus(text: str) -> CPUSet | None:
+    return CPUSet.parse(text) if text else None
+
+
+def updates_of(changed: Mapping[str, Settings]) -> list[api.ContainerUpdate]:
+    return [container_update(cid, settings) for cid, settings in changed.items()]
+
+
+class PodLevelPlugin(Handler):
+    """Places containers with the engine; see `agent.placement` for the rules."""
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+    def configure(self, runtime: RuntimeInfo, config: str) -> None:
+        log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
+                 self.placement.engine.topology.describe())
+
+    def synchronize(
+        self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
+    ) -> list[api.ContainerUpdate]:
+        live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
+        current = [
+            (c.id, c.pod_sandbox_id, c.name, _cpus(c.linux.resources.cpu.cpus))
+            for c in containers
+            if c.state in live
+        ]
+        changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
+        for sandbox_id, reason in refused:
+            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason)
+        log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed))
+        return updates_of(changed)
+
+    def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
+        try:
+            settings, changed = self.placement.create(sandbox_of(pod), container.id, container.name)
+        except AdmissionError as err:
+            log.warning("refused %s/%s container %s: %s", pod.namespace, pod.name, container.name, err)
+            raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
+        except InputError as err:
+            log.warning("bad pod shape for %s/%s: %s", pod.namespace, pod.name, err)
+            raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        adjust = api.ContainerAdjustment()
+        adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
+        log.info(
+            "placed %s/%s container %s: %s cpus=%s mems=%s quota=%s",
+            pod.namespace, pod.name, container.name, settings.assignment.value, settings.cpus,
+            settings.mems_text, "off" if settings.cpu_quota_us == UNLIMITED_QUOTA else settings.cpu_quota_us,
+        )
+        return CreateResult(adjust=adjust, updates=updates_of(changed))
+
+    def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:
+        return updates_of(self.placement.pending_updates())
+
+    def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
+        self.placement.remove_container(container.id)
+
+    def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
+        self.placement.remove_sandbox(pod.id)
+        log.info("released %s/%s", pod.namespace, pod.name)
+
+    def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
+        self.placement.remove_sandbox(pod.id)
