@@ -90,6 +90,8 @@ class PodLevelPlugin(Handler):
             pod.namespace, pod.name, container.name, settings.assignment.value, settings.cpus,
             settings.mems_text, "off" if settings.cpu_quota_us == UNLIMITED_QUOTA else settings.cpu_quota_us,
         )
+        for other, moved in changed.items():
+            log.info("updated container %s: %s cpus=%s", other[:12], moved.assignment.value, moved.cpus)
         return CreateResult(adjust=adjust, updates=updates_of(changed))
 
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:

@@ -1,0 +1,111 @@
+"""`make demo`: a private containerd with NRI on this machine, `nri-podlevel run` attached as a real plugin
+process, the demo pods started through CRI the way a kubelet would, and what landed in each container's
+cgroup printed beside the plugin's own log. Everything started is stopped again, pass or fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO
+
+from podlevel.podspec.manifest import load_pods
+from podlevel.testbed.cgroupfs import cpus_allowed_list, read_cgroup
+from podlevel.testbed.containerd import FLAVOURS, Containerd
+from podlevel.testbed.cri import CRI, CRIError
+from podlevel.testbed.kubelet import start_pod
+from podlevel.testbed.wait import wait_until
+
+TOP = Path(__file__).resolve().parents[3]
+DEFAULT_PODS = TOP / "deploy" / "examples" / "demo-small.yaml"
+REGISTER_TIMEOUT_S = 30.0
+
+
+class PluginProcess:
+    """`nri-podlevel run` in a child process, its log echoed with a prefix and kept for inspection."""
+
+    def __init__(self, nri_socket: Path, extra: list[str]) -> None:
+        command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(target=self._echo, args=(self.process.stdout,), daemon=True)
+        self._reader.start()
+
+    def _echo(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip())
+            print(f"  plugin | {line.rstrip()}", flush=True)
+
+    def wait_registered(self) -> None:
+        wait_until(
+            lambda: any("registered with" in line for line in self.lines) or self.process.poll() is not None,
+            REGISTER_TIMEOUT_S,
+            "the plugin to register with containerd",
+        )
+        if self.process.poll() is not None:
+            raise RuntimeError(f"nri-podlevel run exited with status {self.process.returncode}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout=5)
+
+
+def report(cri: CRI, pod_name: str, containers: dict[str, str]) -> None:
+    for name, container_id in containers.items():
+        status = cri.container_status(container_id)
+        if status.state != "CONTAINER_RUNNING" or not status.pid:
+            print(f"  {pod_name}/{name}: {status.state}")
+            continue
+        values = read_cgroup(status.cgroups_path)
+        quota = "max" if values.cpu_quota_us is None else values.cpu_quota_us
+        print(
+            f"  {pod_name}/{name}: cgroup cpuset.cpus={values.cpus} cpuset.mems={values.mems} "
+            f"cfs quota={quota} period={values.cpu_period_us}; process Cpus_allowed_list="
+            f"{cpus_allowed_list(status.pid)}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__)
+    parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="2")
+    parser.add_argument("--pods", type=Path, default=DEFAULT_PODS, help="Pod manifests (multi-document YAML)")
+    parser.add_argument("plugin_args", nargs="*", help="extra `nri-podlevel run` flags (after --)")
+    args = parser.parse_args(argv)
+    pods = load_pods(args.pods.read_text(), str(args.pods))
+
+    print(f"== private containerd {args.flavour} with NRI")
+    with Containerd(args.flavour) as ctrd:
+        print(f"   {ctrd.versions}; CRI {ctrd.cri_socket}, NRI {ctrd.nri_socket}")
+        print("== nri-podlevel run")
+        plugin = PluginProcess(ctrd.nri_socket, args.plugin_args)
+        try:
+            plugin.wait_registered()
+            with ctrd.cri() as cri:
+                started: dict[str, dict[str, str]] = {}
+                for pod in pods:
+                    print(f"== pod {pod.namespace}/{pod.name} through CRI")
+                    try:
+                        started[pod.name] = start_pod(cri, pod).containers
+                    except CRIError as err:
+                        print(f"   refused: {err.details}")
+                print("== what the cgroups hold now")
+                for name, containers in started.items():
+                    report(cri, name, containers)
+                cri.remove_all()
+        finally:
+            plugin.stop()
+    print("== stopped: containerd, its shims and containers, and the plugin")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
