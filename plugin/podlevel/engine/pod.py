@@ -54,7 +54,8 @@ class Resources:
         return not self.requests and not self.limits
 
     def is_equivalent_guaranteed(self) -> bool:
-        """CPU and memory requests non-zero and equal to their limits (`IsContainerEquivalentQOSGuaranteed`)."""
+        """CPU and memory requests non-zero and equal to their limits, as the kubelet's
+        `IsContainerEquivalentQOSGuaranteed` has it."""
         for name in (CPU, MEMORY):
             request, limit = self.request(name), self.limits.get(name, 0)
             if request == 0 or request != limit:
@@ -107,7 +108,8 @@ class Pod:
 
     def qos_class(self) -> QOSClass:
         """QoS from pod-level resources when set (KEP-5526), else from the containers, as `GetPodQOS` does."""
-        sources = [self.resources] if self.resources is not None else [c.resources for c in self.all_containers]
+        pod_level = self.resources
+        sources = [pod_level] if pod_level is not None else [c.resources for c in self.all_containers]
         if all(r.is_empty() for r in sources):
             return QOSClass.BEST_EFFORT
         for r in sources:

@@ -18,7 +18,9 @@ _DECIMAL: Final = {
     "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
     "P": Fraction(10**15), "E": Fraction(10**18),
 }
-_QUANTITY: Final = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:([eE][+-]?[0-9]+)|([A-Za-z]{0,2}))$")
+_QUANTITY: Final = re.compile(
+    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:([eE][+-]?[0-9]+)|([A-Za-z]{0,2}))$"
+)
 
 
 def parse_quantity(text: str | int | float) -> Fraction:

@@ -64,7 +64,9 @@ class Topology:
         by_uncore: dict[int, set[int]] = {}
         for c in self.cpus:
             if c.numa_node not in node_ids:
-                raise InputError("topology", f"CPU {c.cpu} is on NUMA node {c.numa_node}, which is not described")
+                raise InputError(
+                    "topology", f"CPU {c.cpu} is on NUMA node {c.numa_node}, which is not described"
+                )
             by_numa[c.numa_node].add(c.cpu)
             by_socket.setdefault(c.socket, set()).add(c.cpu)
             by_core.setdefault(c.core, set()).add(c.cpu)
@@ -152,7 +154,8 @@ _SPEC_KEYS: Final = ("sockets", "nodes-per-socket", "cores-per-node", "threads-p
 
 
 def from_spec(spec: str) -> Topology:
-    """Build a machine from `sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q]`.
+    """Build a machine from a spec:
+    `sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q]`.
 
     Optional keys: `hugepages-<size>=<quantity per node>` (e.g. `hugepages-2Mi=1Gi`) and
     `uncore-caches-per-node=U`. CPU ids follow Linux on common x86 servers: the first thread of every core in
