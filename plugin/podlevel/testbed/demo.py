@@ -20,7 +20,7 @@ from podlevel.testbed.kubelet import start_pod
 from podlevel.testbed.wait import wait_until
 
 TOP = Path(__file__).resolve().parents[3]
-DEFAULT_PODS = TOP / "deploy" / "examples" / "demo-small.yaml"
+DEFAULT_PODS = TOP / "deploy" / "demo" / "pods-2cpu.yaml"
 REGISTER_TIMEOUT_S = 30.0
 
 
