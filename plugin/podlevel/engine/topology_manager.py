@@ -21,12 +21,15 @@ tests/unit/test_topology_manager.py checks both paths against a literal permutat
 from __future__ import annotations
 
 import re
+import sys
+from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import compress
 from math import prod
-from operator import add, mul, sub
-from typing import Final
+from operator import mul
+from typing import Final, cast
 
 from podlevel.engine.bitmask import mask_of
 from podlevel.engine.errors import InputError
@@ -42,6 +45,10 @@ LATTICE_MAX_NODES: Final = 10
 _LATTICE_MIN_PERMUTATIONS: Final = 1024
 """Below this many permutations walking the deduplicated product is cheaper than three lattice transforms."""
 
+_NIL: Final = frozenset({None})
+_LANE_BITS: Final = 32
+_LANE_BYTES: Final = _LANE_BITS // 8
+_LANE_CODE: Final = next(code for code in "IL" if array(code).itemsize == _LANE_BYTES)
 _GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 _GO_INT: Final = re.compile(r"^[+-]?[0-9]+$")
@@ -161,9 +168,7 @@ class TopologyManager:
         self.default_affinity = mask_of(self.node_ids)
         self._lattice = NodeLattice(self.node_ids) if count <= LATTICE_MAX_NODES else None
         closest = options.prefer_closest_numa_nodes and self.policy is not TopologyPolicyName.SINGLE_NUMA_NODE
-        self._fitness: Fitness = (
-            closest_key(topology, self.node_ids) if closest else narrowest_key
-        )
+        self._fitness: Fitness = closest_key(topology, self.node_ids) if closest else narrowest_key
 
     def merge(self, providers: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
         """The best hint and whether the policy admits it (`Policy.Merge`)."""
@@ -194,6 +199,7 @@ class TopologyManager:
         target = best_non_preferred_count(affinities)
         return TopologyHint(best_non_preferred(reachable, target, self._fitness), False)
 
+
 def narrowest_key(mask: int) -> tuple[int, ...]:
     return mask.bit_count(), mask
 
@@ -222,19 +228,19 @@ def _subsets(mask: int) -> Iterable[int]:
 
 def preferred_candidates(lists: Sequence[Sequence[TopologyHint]], default: int) -> set[int]:
     """Merged masks of the preferred permutations: every pick preferred, every non-nil pick one mask M."""
-    constraints: list[set[int]] = []
-    offered: set[int] = set()
+    constraints: list[set[int | None]] = []
+    offered: set[int | None] = set()
     for hints in lists:
-        masks = {h.affinity for h in hints if h.preferred and h.affinity is not None}
-        if any(h.preferred and h.affinity is None for h in hints):
+        masks = {h.affinity for h in hints if h.preferred}
+        if None in masks:
             offered |= masks
         else:
             constraints.append(masks)
     if constraints:
         common = set.intersection(*constraints)
-        merged = {m & default for m in common}
+        merged = {m & default for m in common if m is not None}
     else:
-        merged = {m & default for m in offered} | {default}
+        merged = {m & default for m in offered if m is not None} | {default}
     merged.discard(0)
     return merged
 
@@ -244,9 +250,9 @@ def best_non_preferred_count(affinities: Iterable[set[int | None]]) -> int:
     needs at its narrowest."""
     best = 0
     for raw in affinities:
-        counts = [a.bit_count() for a in raw if a is not None]
-        if counts:
-            best = max(best, min(counts))
+        masks = raw - _NIL
+        if masks:
+            best = max(best, min(map(int.bit_count, cast(set[int], masks))))
     return best
 
 
@@ -279,44 +285,65 @@ def reachable_ands_walk(mask_sets: Sequence[set[int]], default: int) -> set[int]
 
 
 class NodeLattice:
-    """The 2^n subsets of a machine's NUMA nodes, packed so bit i of an index stands for the i-th node id."""
+    """The 2^n subsets of a machine's NUMA nodes as one big int of 32-bit lanes, lane x for subset x (bit i
+    of x stands for the i-th node id): a transform over all subsets is a few whole-int shifts, masks, adds.
+
+    Lanes never carry into each other: superset sums of a 0/1 vector stay below 2^n, the product of two stays
+    below 4^n, and every partial Moebius inverse of that product is a count of pairs, so never negative.
+    """
 
     def __init__(self, node_ids: Sequence[int]) -> None:
         self.bits = len(node_ids)
+        size = 1 << self.bits
         self.unpack: tuple[int, ...] = tuple(
-            mask_of(n for i, n in enumerate(node_ids) if index >> i & 1) for index in range(1 << self.bits)
+            mask_of(n for i, n in enumerate(node_ids) if index >> i & 1) for index in range(size)
         )
         self.pack: Mapping[int, int] = {mask: index for index, mask in enumerate(self.unpack)}
+        lane = (1 << _LANE_BITS) - 1
+        self._without_bit: tuple[int, ...] = tuple(
+            sum(lane << (_LANE_BITS * y) for y in range(size) if not y >> bit & 1) for bit in range(self.bits)
+        )
 
     def reachable_ands(self, mask_sets: Sequence[set[int]]) -> set[int]:
-        """Count, for every subset x, the picks (one mask per set) whose AND is exactly x, in O(k n 2^n):
-        Z_r(y) = #masks of set r containing y; the product of the Z_r(y) = #picks whose AND contains y; its
-        Moebius inverse over supersets = #picks whose AND equals y."""
-        size = 1 << self.bits
-        counts: list[int] | None = None
-        for masks in mask_sets:
-            vector = [0] * size
-            for mask in masks:
-                vector[self.pack[mask]] = 1
-            _superset_transform(vector, self.bits, add)
-            counts = vector if counts is None else list(map(mul, counts, vector))
-        if counts is None:
+        """Every non-zero AND of one mask per set, folding the sets in pairwise: for the reachable masks R
+        and the next set S, Z_R(y) * Z_S(y) (Z = how many members contain y) counts the pairs whose AND
+        contains y, and its Moebius inverse over supersets counts the pairs whose AND is exactly y."""
+        if not mask_sets:
             return {self.unpack[-1]}
-        _superset_transform(counts, self.bits, sub)
-        return {self.unpack[index] for index in range(1, size) if counts[index]}
+        reachable: Iterable[int] = mask_sets[0]
+        for masks in mask_sets[1:]:
+            pairs = map(mul, self._superset_counts(reachable), self._superset_counts(masks))
+            reachable = compress(self.unpack, self._lanes(self._moebius(self._pack_lanes(pairs))))
+        found = set(reachable)
+        found.discard(0)
+        return found
 
+    def _superset_counts(self, masks: Iterable[int]) -> array[int]:
+        lanes = self._indicator(masks)
+        for bit, without in enumerate(self._without_bit):
+            lanes += (lanes >> (_LANE_BITS << bit)) & without
+        return self._lanes(lanes)
 
-def _superset_transform(vector: list[int], n: int, op: Callable[[int, int], int]) -> None:
-    """In place, for every bit b and every index y without b: vector[y] = op(vector[y], vector[y | b]).
-    Each bit is a handful of slice operations (strided when the bit is low, contiguous when it is high)."""
-    size = 1 << n
-    for bit in range(n):
-        half = 1 << bit
-        step = half << 1
-        if half <= size // step:
-            for offset in range(half):
-                vector[offset::step] = list(map(op, vector[offset::step], vector[offset + half :: step]))
-        else:
-            for start in range(0, size, step):
-                middle = start + half
-                vector[start:middle] = map(op, vector[start:middle], vector[middle : start + step])
+    def _indicator(self, masks: Iterable[int]) -> int:
+        lanes = bytearray(_LANE_BYTES << self.bits)
+        for index in map(self.pack.__getitem__, masks):
+            lanes[index * _LANE_BYTES] = 1
+        return int.from_bytes(lanes, "little")
+
+    def _moebius(self, lanes: int) -> int:
+        for bit, without in enumerate(self._without_bit):
+            lanes -= (lanes >> (_LANE_BITS << bit)) & without
+        return lanes
+
+    def _lanes(self, lanes: int) -> array[int]:
+        values = array(_LANE_CODE)
+        values.frombytes(lanes.to_bytes(_LANE_BYTES << self.bits, "little"))
+        if sys.byteorder == "big":
+            values.byteswap()
+        return values
+
+    def _pack_lanes(self, values: Iterable[int]) -> int:
+        packed = array(_LANE_CODE, values)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return int.from_bytes(packed.tobytes(), "little")
