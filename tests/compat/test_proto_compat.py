@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
+
 from podlevel._proto.cri import api_pb2 as cri_pb2
 from podlevel._proto.nri import api_pb2 as nri_pb2
 from podlevel._proto.podresources import api_pb2 as podresources_pb2

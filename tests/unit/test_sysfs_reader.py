@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.engine.topology import Topology, from_spec
