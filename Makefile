@@ -27,6 +27,7 @@ integration: setup
 
 vm: setup
 	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
+	hack/vm-run --numa-nodes 4 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 
 test: lint unit integration vm
 

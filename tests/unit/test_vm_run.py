@@ -1,0 +1,130 @@
+"""hack/vm-run without booting anything: argument rules, the QEMU command line it builds for a guest shape,
+its initramfs archive format and how it copies the guest console. `make vm` boots the guest itself."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+VM_RUN = Path(__file__).resolve().parents[2] / "hack/vm-run"
+
+
+def load_vm_run() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("vm_run", str(VM_RUN))
+    spec = importlib.util.spec_from_loader("vm_run", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+vm_run = load_vm_run()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--"], "no command given"),
+        (["--cpus", "6", "--", "true"], "--cpus 6 is not a multiple of nodes x threads per core (4)"),
+        (["--numa-nodes", "0", "--", "true"], "must be positive"),
+        (["--memory", "lots", "--", "true"], "'lots' is not a size"),
+        (["--numa-nodes", "4", "--cpus", "8", "--memory", "512M", "--", "true"], "does not split into 4"),
+        (["--work", "/nonexistent", "--", "true"], "/nonexistent is not a directory"),
+        (["--timeout", "0", "--", "true"], "--timeout must be positive"),
+    ],
+)
+def test_bad_arguments_are_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(vm_run.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        vm_run.parse_args(argv)
+
+
+def test_bad_arguments_exit_2_before_anything_is_started() -> None:
+    result = subprocess.run([str(VM_RUN), "--cpus", "3", "--", "true"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr == "vm-run: --cpus 3 is not a multiple of nodes x threads per core (4)\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("4G", 4 << 30), ("4Gi", 4 << 30), ("512M", 512 << 20), ("1024MiB", 1 << 30), ("2048", 2048)],
+)
+def test_sizes(text: str, size: int) -> None:
+    assert vm_run.parse_size(text) == size
+
+
+def values(cmd: list[str], flag: str) -> list[str]:
+    return [cmd[i + 1] for i, arg in enumerate(cmd) if arg == flag]
+
+
+def test_qemu_command_for_four_nodes_with_smt(tmp_path: Path) -> None:
+    shape = ["--numa-nodes", "4", "--cpus", "8", "--threads-per-core", "2", "--memory", "4G"]
+    args = vm_run.parse_args([*shape, "--work", str(tmp_path), "--", "true"])
+    cmd = vm_run.qemu_command(args, "tcg", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path / "ctl")
+    assert values(cmd, "-smp") == ["8,sockets=4,cores=1,threads=2"]
+    assert values(cmd, "-cpu") == ["max,vendor=GenuineIntel"]
+    assert values(cmd, "-m") == ["4096M"]
+    assert values(cmd, "-object") == [f"memory-backend-ram,id=mem{node},size=1024M" for node in range(4)]
+    numa = values(cmd, "-numa")
+    for node in range(4):
+        assert f"node,nodeid={node},memdev=mem{node}" in numa
+        assert f"cpu,node-id={node},socket-id={node}" in numa
+    assert sorted(v for v in numa if v.startswith("dist,")) == sorted(
+        f"dist,src={a},dst={b},val=20" for a in range(4) for b in range(4) if a != b
+    )
+    assert "cgroup_no_v1=all" in values(cmd, "-append")[0].split()
+    assert f"local,id=work,path={tmp_path},security_model=none,multidevs=remap" in values(cmd, "-fsdev")
+
+
+def test_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
+    args = vm_run.parse_args(["--work", str(tmp_path), "--", "true"])
+    cmd = vm_run.qemu_command(args, "kvm", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)
+    assert values(cmd, "-accel") == ["kvm"]
+    assert values(cmd, "-cpu") == ["host"]
+
+
+def test_initramfs_archive_lists_with_cpio() -> None:
+    archive = vm_run.cpio_newc(
+        [
+            ("bin", 0o040755, b"", 0),
+            ("bin/tool", 0o100755, b"#!/bin/sh\n", 0),
+            ("dev/console", 0o020600, b"", 5 * 256 + 1),
+        ]
+    )
+    listing = subprocess.run(["busybox", "cpio", "-tv"], input=archive, capture_output=True, check=True)
+    entries = [(f[0], f[2], f[-1]) for f in map(str.split, listing.stdout.decode().splitlines())]
+    assert entries == [
+        ("drwxr-xr-x", "0", "bin"), ("-rwxr-xr-x", "10", "bin/tool"), ("crw-------", "0", "dev/console")
+    ]
+
+
+def test_console_lines_before_ready_lose_their_cr_and_the_ready_line_is_taken_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"init: note\r\nvm-run: guest ready 2.5\r\nhello\r\nprogress...")
+    os.close(write_end)
+    boot, finished = vm_run.stream(read_end, time.monotonic(), time.monotonic() + 60)
+    os.close(read_end)
+    assert finished
+    assert boot is not None
+    assert out.getvalue() == b"init: note\nhello\r\nprogress..."
+
+
+def test_a_silent_guest_times_out() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        assert vm_run.stream(read_end, time.monotonic(), time.monotonic()) == (None, False)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
