@@ -578,6 +578,8 @@ def test_empty_shared_pool_is_refused() -> None:
     ) as raised:
         p.allocate_pod(p.initial_state(), EMPTY_SHARED_POOL, ANY)
     assert raised.value.type == "EmptyPodSharedPoolError"
+    assert raised.value.message.startswith("pod default/empty: ")
+    assert raised.value.message.endswith("(empty pod shared pool rule)")
 
 
 @pytest.mark.parametrize(

@@ -253,7 +253,9 @@ class StaticMemoryPolicy:
         budget = pod_requests(pod)
         violation = empty_shared_pool_violation(pod, budget)
         if violation is not None:
-            raise EmptyPodSharedPoolError(f"pod {pod.namespace}/{pod.name}: {violation}")
+            raise EmptyPodSharedPoolError(
+                f"pod {pod.namespace}/{pod.name}: {violation} (empty pod shared pool rule)"
+            )
         if not budget:
             return state
         nodes = nodes_of(self._resolve(state, pod, budget, hint))
@@ -383,15 +385,9 @@ class StaticMemoryPolicy:
 
     def mems_of(self, state: MemoryState, pod_uid: str, container_name: str) -> tuple[int, ...] | None:
         """The NUMA nodes for the container's cpuset.mems (`GetMemoryNUMANodes`); None when it has no blocks.
-
-        A pod-level container whose share is empty (every byte went to exclusive siblings) still lives in the
-        pod's bubble, so it gets the bubble's nodes."""
-        blocks = state.blocks(pod_uid, container_name)
-        if blocks is None:
-            return None
-        nodes = {n for block in blocks for n in block.numa_affinity}
-        if not nodes:
-            nodes = {n for block in state.pod_entries.get(pod_uid, ()) for n in block.numa_affinity}
+        Every container of a pod-level pod has a non-empty share of the bubble (the empty-shared-pool rule
+        sees to it), so they all get the bubble's nodes."""
+        nodes = {n for block in state.blocks(pod_uid, container_name) or () for n in block.numa_affinity}
         return tuple(sorted(nodes)) or None
 
     def check_state(self, state: MemoryState) -> None:
