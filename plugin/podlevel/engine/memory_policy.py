@@ -15,6 +15,8 @@ Invariants kept by every operation (each returns a new `MemoryState` and never m
 - a pod-level pod (KEP-5526) charges the machine once with its pod budget (`pod_entries`); its containers'
   blocks are bookkeeping inside that budget, and the budget is released when its last container entry goes;
 - admitting a pod that already has `pod_entries` changes nothing (kubelet bug #140906 double-charged it).
+States handed in come from `initial_state` or pass `check_state`: hints use allocatable sums precomputed
+from the machine and the reservation.
 """
 
 from __future__ import annotations
