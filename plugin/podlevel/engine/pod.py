@@ -80,6 +80,11 @@ class Pod:
     init_containers: tuple[Container, ...] = ()
     """Standard init containers and sidecars, in declaration order (their kind tells them apart)."""
     containers: tuple[Container, ...] = ()
+    _qos: QOSClass = field(init=False, repr=False, compare=False)
+    """Computed once: every admission asks for it several times, and the pod never changes."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_qos", self._compute_qos())
 
     @property
     def all_containers(self) -> tuple[Container, ...]:
@@ -108,6 +113,9 @@ class Pod:
 
     def qos_class(self) -> QOSClass:
         """QoS from pod-level resources when set (KEP-5526), else from the containers, as `GetPodQOS` does."""
+        return self._qos
+
+    def _compute_qos(self) -> QOSClass:
         pod_level = self.resources
         sources = [pod_level] if pod_level is not None else [c.resources for c in self.all_containers]
         if all(r.is_empty() for r in sources):
