@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-COMMANDS: Final = ("run", "simulate")
+COMMANDS: Final = ("annotate", "run", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

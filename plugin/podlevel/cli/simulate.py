@@ -71,12 +71,19 @@ def load_topology(spec: str) -> Topology:
     return from_spec(spec)
 
 
+def read_inputs(paths: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(path, name for messages, text) of each argument; "-" is standard input."""
+    return [
+        (path, "<stdin>", sys.stdin.read()) if path == "-" else (path, path, Path(path).read_text())
+        for path in paths
+    ]
+
+
 def read_pods(paths: Sequence[str]) -> list[Pod]:
     pods: list[Pod] = []
     where: dict[str, str] = {}
-    for path in paths:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        for pod in load_pods(text, "<stdin>" if path == "-" else path):
+    for path, source, text in read_inputs(paths):
+        for pod in load_pods(text, source):
             if pod.uid in where:
                 raise InputError(
                     "unique pods",
