@@ -14,7 +14,7 @@ from podlevel.agent.placement import Placement, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import UNLIMITED_QUOTA
-from podlevel.nri import CreateResult, Handler, RuntimeInfo, api
+from podlevel.nri import CreateResult, Handler, RuntimeInfo, UpdateResult, api
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.transport import RpcError
 
@@ -93,6 +93,21 @@ class PodLevelPlugin(Handler):
         for other, moved in changed.items():
             log.info("updated container %s: %s cpus=%s", other[:12], moved.assignment.value, moved.cpus)
         return CreateResult(adjust=adjust, updates=updates_of(changed))
+
+    def update_container(
+        self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
+    ) -> UpdateResult:
+        """Keep our placement through a resize or another agent's update: the runtime applies the last
+        update for the target container as its new resources, so it carries the requested resources with
+        our CPU fields laid over them."""
+        updates = updates_of(self.placement.pending_updates(exclude=container.id))
+        settings = self.placement.applied.get(container.id)
+        if settings is not None:
+            own = api.ContainerUpdate(container_id=container.id)
+            own.linux.resources.CopyFrom(resources)
+            own.linux.resources.cpu.MergeFrom(linux_cpu(settings))
+            updates.append(own)
+        return UpdateResult(updates=updates)
 
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:
         return updates_of(self.placement.pending_updates())
