@@ -15,6 +15,7 @@ process redial, and bad requests, which must be refused while the connection sta
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -101,11 +102,15 @@ def cpus_of(cri: CRI, container: str) -> tuple[str, str, str]:
     return values.cpus, values.effective_cpus, cgroupfs.cpus_allowed_list(info.pid)
 
 
-def test_plugin_registers_and_learns_the_runtime(containerd: Containerd, cri: CRI) -> None:
+def test_plugin_registers_and_learns_the_runtime(containerd: Containerd, cri: CRI,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="podlevel.nri.stub")
     log = ContainerdLog(containerd)
     with running_plugin(containerd.nri_socket) as plugin:
         log.wait_plugin_connected(PLUGIN)
         assert f'external:{PLUGIN}[{os.getpid()}]\\" registered as \\"{PLUGIN}' in "\n".join(log.lines())
+        said = [r.getMessage() for r in caplog.records if r.name == "podlevel.nri.stub"]
+        assert [m for m in said if f"NRI plugin {PLUGIN}: registered with containerd " in m], said
         assert [s.event for s in plugin.log.all()] == ["configure", "synchronize"]
         runtime = plugin.log.wait_event("configure").runtime
         assert runtime is not None
@@ -113,9 +118,9 @@ def test_plugin_registers_and_learns_the_runtime(containerd: Containerd, cri: CR
         assert (runtime.name, runtime.version) == ("containerd", cri.version().runtime_version)
         assert runtime.version.startswith(f"{containerd.flavour.name}.")
         assert runtime.valid_events == EVENTS_BEFORE_V0_10, "containerd <= 2.1 ships NRI < v0.10"
-        print(f"\ncontainerd {runtime.version} (NRI {runtime.nri_version or 'not reported'}) announced "
-              f"registration timeout {runtime.registration_timeout:g} s, "
-              f"request timeout {runtime.request_timeout:g} s")
+        announced = [m for m in said if "announced registration timeout" in m]
+        assert len(announced) == 1, said
+        print(f"\n{announced[0]}")
         timeouts = (runtime.registration_timeout, runtime.request_timeout)
         assert timeouts == ANNOUNCED_TIMEOUTS[containerd.flavour.name]
         assert plugin.stub.synchronizations == 1
