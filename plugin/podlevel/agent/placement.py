@@ -91,19 +91,24 @@ class Placement:
 
         Raises AdmissionError (pod refused) or InputError (bad shape annotation); state is unchanged then.
         """
-        pod = pod_shape(sandbox)
-        if pod is not None:
-            if pod.container(name) is None:
-                raise InputError(
-                    "pod shape", f"container {name!r} of pod {sandbox.namespace}/{sandbox.name} is not in "
-                    f"its {SHAPE_ANNOTATION} annotation"
-                )
-            self.state, _ = self.engine.admit(self.state, pod)
-            self._sandbox_pods[sandbox.id] = pod.uid
-        self._containers[container_id] = _Tracked(sandbox.id, pod.uid if pod else "", name)
+        self._containers[container_id] = _Tracked(sandbox.id, self._admit(sandbox, name), name)
         settings = self.desired(container_id)
         self.applied[container_id] = settings
         return settings, self.pending_updates(exclude=container_id)
+
+    def _admit(self, sandbox: Sandbox, name: str) -> str:
+        """Admit the sandbox's pod if it is managed (idempotent); its uid, or "" for the node shared pool."""
+        pod = pod_shape(sandbox)
+        if pod is None:
+            return ""
+        if pod.container(name) is None:
+            raise InputError(
+                "pod shape", f"container {name!r} of pod {sandbox.namespace}/{sandbox.name} is not in "
+                f"its {SHAPE_ANNOTATION} annotation"
+            )
+        self.state, _ = self.engine.admit(self.state, pod)
+        self._sandbox_pods[sandbox.id] = pod.uid
+        return pod.uid
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -123,39 +128,40 @@ class Placement:
     ) -> tuple[dict[str, Settings], list[tuple[str, str]]]:
         """Rebuild from everything the runtime runs: (container id, sandbox id, name, current cpus).
 
-        Pods are re-admitted in the order given; a pod the engine now refuses is left in the node shared
-        pool and reported in the second result as (sandbox id, reason). Returns the settings of every
-        container whose current cpuset differs from what it should be.
+        Pods are re-admitted in the order their containers are given; a pod the engine now refuses is left
+        in the node shared pool and reported once in the second result as (sandbox id, reason). Returns the
+        settings of every container whose current cpuset differs from what it should be. Containers of
+        sandboxes not given are ignored.
         """
         self.state = self.engine.initial_state()
         self._containers.clear()
         self._sandbox_pods.clear()
-        self.applied.clear()
         by_id = {s.id: s for s in sandboxes}
-        refused: list[tuple[str, str]] = []
+        refused: dict[str, str] = {}
         current: dict[str, CPUSet | None] = {}
         for container_id, sandbox_id, name, cpus in containers:
             sandbox = by_id.get(sandbox_id)
             if sandbox is None:
                 continue
             try:
-                settings, _ = self.create(sandbox, container_id, name)
+                uid = self._admit(sandbox, name)
             except (InputError, AdmissionError) as err:
-                refused.append((sandbox_id, str(err)))
-                self._containers[container_id] = _Tracked(sandbox_id, "", name)
-                settings = self.desired(container_id)
-                self.applied[container_id] = settings
+                refused.setdefault(sandbox_id, str(err))
+                uid = ""
+            self._containers[container_id] = _Tracked(sandbox_id, uid, name)
             current[container_id] = cpus
-        updates = self.pending_updates()
-        for container_id, settings in self.applied.items():
-            if current.get(container_id) != settings.cpus:
-                updates[container_id] = settings
-        return updates, refused
+        # Settings are computed once, after every pod is back: per container they would cost quadratic time.
+        self.applied = self._desired({})
+        updates = {cid: s for cid, s in self.applied.items() if current[cid] != s.cpus}
+        return updates, list(refused.items())
 
     # -- views ---------------------------------------------------------------------------------------------
 
     def desired(self, container_id: str) -> Settings:
-        return self._desired({})[container_id] if container_id in self._containers else self._node_shared()
+        tracked = self._containers.get(container_id)
+        if tracked is None:
+            return self._node_shared()
+        return self._settings(tracked, {}, self._node_shared())
 
     def pending_updates(self, exclude: str = "") -> dict[str, Settings]:
         """Containers whose desired settings differ from the last applied; marks them applied."""
@@ -169,18 +175,20 @@ class Placement:
     def _desired(self, decisions: dict[str, dict[str, Settings]]) -> dict[str, Settings]:
         """Every tracked container's settings; `decisions` caches one engine view per pod."""
         shared = self._node_shared()
-        result: dict[str, Settings] = {}
-        for container_id, tracked in self._containers.items():
-            if tracked.pod_uid and tracked.pod_uid in self.state.pods:
-                if tracked.pod_uid not in decisions:
-                    decisions[tracked.pod_uid] = {
-                        d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
-                        for d in self.engine.decision(self.state, tracked.pod_uid).containers
-                    }
-                result[container_id] = decisions[tracked.pod_uid].get(tracked.name, shared)
-            else:
-                result[container_id] = shared
-        return result
+        return {cid: self._settings(tracked, decisions, shared) for cid, tracked in self._containers.items()}
+
+    def _settings(
+        self, tracked: _Tracked, decisions: dict[str, dict[str, Settings]], shared: Settings
+    ) -> Settings:
+        if not tracked.pod_uid or tracked.pod_uid not in self.state.pods:
+            return shared
+        pod = decisions.get(tracked.pod_uid)
+        if pod is None:
+            pod = decisions[tracked.pod_uid] = {
+                d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
+                for d in self.engine.decision(self.state, tracked.pod_uid).containers
+            }
+        return pod.get(tracked.name, shared)
 
     def _node_shared(self) -> Settings:
         return Settings(
