@@ -1,0 +1,443 @@
+"""agent.placement with a real Engine on described nodes: managed pods get the engine's decisions, everything
+else follows the node shared pool, refusals change nothing, restarts keep allocations, Synchronize rebuilds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+import pytest
+
+from podlevel.agent.placement import Placement, Sandbox, Settings
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
+from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment, Engine, EngineConfig
+from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.topology import from_spec
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+
+MI = 2**20
+# 16 CPUs: node 0 = CPUs 0-3,8-11, node 1 = CPUs 4-7,12-15; the first core (0,8) is reserved, so node 0 has
+# 6 assignable CPUs and node 1 has 8. The node shared pool starts as all 16 (the kubelet's default set).
+SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
+ALL_CPUS = CPUSet.parse("0-15")
+BOTH_NODES = (0, 1)
+
+
+def new_engine(reserved: str = "0,8") -> Engine:
+    return Engine(
+        from_spec(SMALL),
+        EngineConfig(
+            reserved_cpus=CPUSet.parse(reserved),
+            reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
+        ),
+    )
+
+
+def guaranteed(millis: int, memory_mi: int) -> Resources:
+    values = {"cpu": millis, "memory": memory_mi * MI}
+    return Resources(requests=MappingProxyType(values), limits=MappingProxyType(dict(values)))
+
+
+def burstable(millis: int) -> Resources:
+    return Resources(requests=MappingProxyType({"cpu": millis}))
+
+
+def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
+    """A bubble of `cpus`, an app with an exclusive slice, a sidecar in the pod shared pool."""
+    return Pod(
+        uid=f"uid-{name}",
+        name=name,
+        resources=guaranteed(cpus * 1000, 1024),
+        init_containers=(Container("log", ContainerKind.SIDECAR),),
+        containers=(Container("app", resources=guaranteed(exclusive * 1000, 256)),),
+    )
+
+
+def shared_only() -> Pod:
+    """A 3-CPU bubble whose containers are all fractional: every one runs in the pod shared pool."""
+    return Pod(
+        uid="uid-shared",
+        name="shared",
+        resources=guaranteed(3000, 512),
+        containers=(Container("a", resources=burstable(500)), Container("b")),
+    )
+
+
+def classic(name: str = "classic") -> Pod:
+    """No pod-level resources, Guaranteed: the kubelet's per-container way gives the container node CPUs."""
+    exclusive = Container("exclusive", resources=guaranteed(2000, 128))
+    return Pod(uid=f"uid-{name}", name=name, containers=(exclusive,))
+
+
+def classic_burstable(name: str = "burstable") -> Pod:
+    """No pod-level resources, Burstable: no exclusive CPUs, the node shared pool."""
+    return Pod(uid=f"uid-{name}", name=name, containers=(Container("burst", resources=burstable(250)),))
+
+
+def empty_shared_pool() -> Pod:
+    """The app's slice takes the whole budget while the sidecar needs the pod shared pool."""
+    return Pod(
+        uid="uid-no-room",
+        name="no-room",
+        resources=guaranteed(2000, 512),
+        init_containers=(Container("log", ContainerKind.SIDECAR),),
+        containers=(Container("app", resources=guaranteed(2000, 256)),),
+    )
+
+
+def too_big() -> Pod:
+    """9 CPUs fit on neither NUMA node (6 and 8 assignable): single-numa-node refuses the bubble."""
+    return Pod(
+        uid="uid-big",
+        name="big",
+        resources=guaranteed(9000, 512),
+        containers=(Container("app", resources=burstable(500)),),
+    )
+
+
+def sandbox_of(pod: Pod) -> Sandbox:
+    annotations = {SHAPE_ANNOTATION: to_annotation(pod)}
+    return Sandbox(f"sb-{pod.name}", pod.uid, pod.name, pod.namespace, annotations)
+
+
+def unmanaged(name: str = "web") -> Sandbox:
+    return Sandbox(f"sb-{name}", f"uid-{name}", name, "default", {"other": "annotation"})
+
+
+def start(placement: Placement, pod: Pod) -> dict[str, Settings]:
+    """Create every container of `pod` (id `<pod>-<container>`); returns each one's settings."""
+    sandbox = sandbox_of(pod)
+    return {c.name: placement.create(sandbox, f"{pod.name}-{c.name}", c.name)[0] for c in pod.all_containers}
+
+
+def snapshot(placement: Placement) -> tuple[object, ...]:
+    return placement.state, dict(placement.applied), placement.container_ids()
+
+
+# -- a managed pod's containers get the engine's decisions --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expected:
+    pod: Callable[[], Pod]
+    container: str
+    assignment: Assignment
+    quota: int | None
+    cpus: int
+    """How many CPUs the container's cpuset holds."""
+    single_node: bool
+    """cpus and mems on one NUMA node (the engine's single-numa-node alignment)."""
+
+
+DECISIONS = {
+    "bubble app gets its exclusive slice, quota off": Expected(
+        fast_path, "app", Assignment.POD_EXCLUSIVE, UNLIMITED_QUOTA, 2, True
+    ),
+    "bubble sidecar gets the pod shared pool, quota = budget - slices": Expected(
+        fast_path, "log", Assignment.POD_SHARED, 2 * CFS_PERIOD_US, 2, True
+    ),
+    "fractional container in a bubble, quota = budget": Expected(
+        shared_only, "a", Assignment.POD_SHARED, 3 * CFS_PERIOD_US, 3, True
+    ),
+    "empty container in a bubble, quota = budget": Expected(
+        shared_only, "b", Assignment.POD_SHARED, 3 * CFS_PERIOD_US, 3, True
+    ),
+    "classic Guaranteed container gets node CPUs, quota off": Expected(
+        classic, "exclusive", Assignment.NODE_EXCLUSIVE, UNLIMITED_QUOTA, 2, True
+    ),
+    "classic burstable container stays in the node shared pool": Expected(
+        classic_burstable, "burst", Assignment.NODE_SHARED, None, 16, False
+    ),
+}
+
+
+@pytest.mark.parametrize("case", DECISIONS.values(), ids=DECISIONS.keys())
+def test_managed_pod_containers_get_the_engine_decision(case: Expected) -> None:
+    pod = case.pod()
+    placement = Placement(new_engine())
+    settings = start(placement, pod)[case.container]
+
+    assert (settings.assignment, settings.cpu_quota_us, len(settings.cpus)) == (
+        case.assignment, case.quota, case.cpus
+    )
+    assert settings.cpu_period_us == CFS_PERIOD_US
+    topology = placement.engine.topology
+    if case.single_node:
+        assert settings.mems == topology.numa_nodes_of(settings.cpus)
+        assert len(settings.mems) == 1
+    else:
+        assert settings.mems == BOTH_NODES
+    # What a separate engine decides for the same pod on an empty node is what the container got.
+    engine = new_engine()
+    _, decision = engine.admit(engine.initial_state(), pod)
+    [expected] = [c for c in decision.containers if c.name == case.container]
+    assert (settings.cpus, settings.mems) == (expected.cpus, expected.mems)
+    if decision.bubble_cpus is not None:
+        assert settings.cpus.is_subset(decision.bubble_cpus)
+
+
+def test_exclusive_slice_and_pod_shared_pool_split_the_bubble() -> None:
+    placement = Placement(new_engine())
+    settings = start(placement, fast_path())
+    app, log = settings["app"], settings["log"]
+    assert app.cpus.is_disjoint(log.cpus)
+    bubble = placement.engine.decision(placement.state, "uid-fast").bubble_cpus
+    assert app.cpus | log.cpus == bubble
+    assert app.mems == log.mems
+    assert placement.applied == {"fast-app": app, "fast-log": log}
+
+
+# -- unmanaged containers follow the node shared pool ------------------------------------------------------
+
+
+def test_unmanaged_container_follows_the_node_shared_pool() -> None:
+    placement = Placement(new_engine())
+    web, others = placement.create(unmanaged(), "web-1", "server")
+    assert web == Settings(ALL_CPUS, BOTH_NODES, None, CFS_PERIOD_US, Assignment.NODE_SHARED)
+    assert others == {}
+
+    pod = fast_path()
+    _, moved = placement.create(sandbox_of(pod), "fast-app", "app")
+    bubble = placement.engine.decision(placement.state, pod.uid).bubble_cpus
+    assert bubble is not None and len(bubble) == 4
+    shrunk = Settings(ALL_CPUS - bubble, BOTH_NODES, None, CFS_PERIOD_US, Assignment.NODE_SHARED)
+    assert moved == {"web-1": shrunk}
+    assert placement.applied["web-1"] == shrunk
+    # The second container of the same pod changes nothing for the others.
+    _, moved = placement.create(sandbox_of(pod), "fast-log", "log")
+    assert moved == {}
+    assert placement.pending_updates() == {}
+
+    placement.remove_sandbox("sb-fast")
+    assert placement.container_ids() == ["web-1"]
+    assert pod.uid not in placement.state.pods
+    assert placement.pending_updates() == {"web-1": web}
+    assert placement.pending_updates() == {}, "updates are handed out once"
+
+
+def test_unmanaged_container_is_never_admitted() -> None:
+    placement = Placement(new_engine())
+    before = placement.state
+    placement.create(unmanaged(), "web-1", "server")
+    assert placement.state is before
+
+
+def test_classic_pod_node_shared_container_follows_later_bubbles() -> None:
+    placement = Placement(new_engine())
+    start(placement, classic())
+    first = start(placement, classic_burstable())
+    _, moved = placement.create(sandbox_of(fast_path()), "fast-app", "app")
+    assert set(moved) == {"burstable-burst"}
+    assert moved["burstable-burst"].cpus == placement.engine.node_shared_pool(placement.state)
+    assert moved["burstable-burst"].assignment is Assignment.NODE_SHARED
+    assert len(moved["burstable-burst"].cpus) == len(first["burst"].cpus) - 4 == 16 - 2 - 4
+
+
+# -- refused pods change nothing ---------------------------------------------------------------------------
+
+REFUSALS: dict[str, tuple[Callable[[], Pod], type[AdmissionError], str]] = {
+    "empty pod shared pool": (empty_shared_pool, EmptyPodSharedPoolError, "EmptyPodSharedPoolError"),
+    "no NUMA node fits the bubble": (too_big, TopologyAffinityError, "TopologyAffinityError"),
+}
+
+
+@pytest.mark.parametrize(("make", "error", "type_"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_refused_pod_leaves_everything_as_it_was(
+    make: Callable[[], Pod], error: type[AdmissionError], type_: str
+) -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    start(placement, fast_path())
+    before = snapshot(placement)
+    pod = make()
+
+    with pytest.raises(error) as raised:
+        placement.create(sandbox_of(pod), f"{pod.name}-app", "app")
+
+    assert raised.value.type == type_
+    assert snapshot(placement) == before
+    assert placement.pending_updates() == {}
+    # Nothing was reserved: a pod that fits in what is left is still admitted beside the first bubble.
+    placement.create(sandbox_of(shared_only()), "shared-a", "a")
+    engine = placement.engine
+    bubbles = [engine.decision(placement.state, uid).bubble_cpus for uid in ("uid-fast", "uid-shared")]
+    assert bubbles[0] is not None and bubbles[1] is not None and bubbles[0].is_disjoint(bubbles[1])
+
+
+def test_refused_pod_runtime_undo_events_are_harmless() -> None:
+    """After a refused CreateContainer the runtime sends StopContainer/RemoveContainer, then stops the pod."""
+    placement = Placement(new_engine())
+    start(placement, fast_path())
+    before = snapshot(placement)
+    with pytest.raises(EmptyPodSharedPoolError):
+        placement.create(sandbox_of(empty_shared_pool()), "no-room-log", "log")
+    placement.remove_container("no-room-log")
+    placement.remove_sandbox("sb-no-room")
+    assert snapshot(placement) == before
+
+
+def test_container_missing_from_the_shape_annotation_is_an_input_error() -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    before = snapshot(placement)
+    with pytest.raises(InputError) as raised:
+        placement.create(sandbox_of(fast_path()), "fast-debug", "debug")
+    assert raised.value.rule == "pod shape"
+    assert SHAPE_ANNOTATION in str(raised.value)
+    assert "'debug'" in str(raised.value) and "default/fast" in str(raised.value)
+    assert snapshot(placement) == before
+
+
+def test_malformed_shape_annotation_is_an_input_error() -> None:
+    placement = Placement(new_engine())
+    sandbox = replace(sandbox_of(fast_path()), annotations={SHAPE_ANNOTATION: "{not json"})
+    with pytest.raises(InputError, match=SHAPE_ANNOTATION):
+        placement.create(sandbox, "fast-app", "app")
+    assert placement.container_ids() == [] and placement.state.pods == {}
+
+
+# -- restarts keep allocations -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("container", ["app", "log"])
+def test_container_restart_keeps_the_allocation(container: str) -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    first = start(placement, fast_path())
+    state = placement.state
+
+    placement.remove_container(f"fast-{container}")
+    assert placement.state is state, "a removed container keeps its pod's allocations"
+    settings, moved = placement.create(sandbox_of(fast_path()), f"fast-{container}-restarted", container)
+
+    assert settings == first[container]
+    assert moved == {}
+    assert placement.state is state
+    other = "log" if container == "app" else "app"
+    assert sorted(placement.container_ids()) == sorted(
+        ["web-1", f"fast-{other}", f"fast-{container}-restarted"]
+    )
+
+
+def test_remove_sandbox_releases_and_forgets_every_container() -> None:
+    placement = Placement(new_engine())
+    empty = placement.state
+    start(placement, fast_path())
+    placement.remove_sandbox("sb-fast")
+    assert placement.container_ids() == [] and placement.applied == {}
+    assert placement.state.pods == {}
+    assert placement.engine.node_shared_pool(placement.state) == placement.engine.node_shared_pool(empty)
+    placement.remove_sandbox("sb-fast")
+    assert placement.state.pods == {}
+
+
+# -- synchronize -------------------------------------------------------------------------------------------
+
+Row = tuple[str, str, str, CPUSet | None]
+
+
+def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
+    """A node with an unmanaged pod, a bubble pod and two classic pods; what the runtime would report."""
+    placement = Placement(new_engine())
+    sandboxes = [unmanaged(), sandbox_of(fast_path()), sandbox_of(classic()), sandbox_of(classic_burstable())]
+    rows: list[Row] = []
+    names = {
+        "sb-web": ["server"],
+        "sb-fast": ["log", "app"],
+        "sb-classic": ["exclusive"],
+        "sb-burstable": ["burst"],
+    }
+    by_id = {s.id: s for s in sandboxes}
+    for sandbox_id, container_names in names.items():
+        for name in container_names:
+            container_id = f"{sandbox_id[3:]}-{name}"
+            placement.create(by_id[sandbox_id], container_id, name)
+            rows.append((container_id, sandbox_id, name, None))
+    placement.pending_updates()
+    rows = [(cid, sid, name, placement.applied[cid].cpus) for cid, sid, name, _ in rows]
+    return placement, sandboxes, rows
+
+
+def test_synchronize_with_everything_in_place_updates_nothing() -> None:
+    live, sandboxes, rows = busy_node()
+    restarted = Placement(new_engine())
+    updates, refused = restarted.synchronize(sandboxes, rows)
+    assert (updates, refused) == ({}, [])
+    assert restarted.applied == live.applied
+    assert restarted.state.pods.keys() == live.state.pods.keys()
+    assert restarted.pending_updates() == {}
+
+
+def test_synchronize_updates_only_containers_whose_cpuset_differs() -> None:
+    live, sandboxes, rows = busy_node()
+    # The runtime lost one pinning (None: no cpuset) and holds a stale one for another.
+    rows = [
+        (cid, sid, name, None if cid == "fast-app" else CPUSet([1]) if cid == "web-server" else cpus)
+        for cid, sid, name, cpus in rows
+    ]
+    updates, refused = Placement(new_engine()).synchronize(sandboxes, rows)
+    assert refused == []
+    assert updates == {"fast-app": live.applied["fast-app"], "web-server": live.applied["web-server"]}
+
+
+def test_synchronize_after_a_bubble_came_unmanaged_first_sends_no_spurious_update() -> None:
+    """An unmanaged container listed before the bubble pod already sits in the shrunk pool."""
+    _, sandboxes, rows = busy_node()
+    assert rows[0][0] == "web-server"
+    updates, _ = Placement(new_engine()).synchronize(sandboxes, rows)
+    assert "web-server" not in updates
+
+
+def test_synchronize_rebuilds_from_scratch() -> None:
+    placement = Placement(new_engine())
+    start(placement, fast_path("gone"))
+    placement.create(unmanaged("old"), "old-1", "server")
+    _, sandboxes, rows = busy_node()
+
+    updates, refused = placement.synchronize(sandboxes, rows)
+
+    assert refused == []
+    assert "uid-gone" not in placement.state.pods and "gone-app" not in placement.container_ids()
+    assert sorted(placement.container_ids()) == sorted(cid for cid, *_ in rows)
+    # "gone" held CPUs while the runtime's cpusets were computed without it: nothing moved in the rebuild.
+    assert updates == {}
+
+
+def test_synchronize_skips_containers_of_unknown_sandboxes() -> None:
+    _, sandboxes, rows = busy_node()
+    placement = Placement(new_engine())
+    updates, refused = placement.synchronize(sandboxes, [*rows, ("orphan", "sb-nowhere", "x", None)])
+    assert "orphan" not in placement.container_ids() and "orphan" not in updates
+    assert refused == []
+
+
+def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
+    """The plugin came back with more reserved CPUs: the second 6-CPU bubble fits nowhere any more."""
+    placement = Placement(new_engine())
+    first, second = fast_path("first", 6, 2), fast_path("second", 6, 2)
+    web = unmanaged()
+    placement.create(web, "web-server", "server")
+    start(placement, first)
+    start(placement, second)
+    placement.pending_updates()
+    sandboxes = [web, sandbox_of(first), sandbox_of(second)]
+    rows = [
+        (cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1], s.cpus) for cid, s in placement.applied.items()
+    ]
+
+    restarted = Placement(new_engine(reserved="0-1,8-9"))
+    updates, refused = restarted.synchronize(sandboxes, rows)
+
+    assert [sandbox_id for sandbox_id, _ in refused] == ["sb-second"], "each refused pod is reported once"
+    assert "TopologyAffinityError" in refused[0][1]
+    assert restarted.state.pods.keys() == {"uid-first"}
+    pool = restarted.engine.node_shared_pool(restarted.state)
+    for container_id in ("second-log", "second-app", "web-server"):
+        assert restarted.applied[container_id].assignment is Assignment.NODE_SHARED
+        assert restarted.applied[container_id].cpus == pool
+    assert {"second-log", "second-app", "web-server"} <= updates.keys()
+    assert all(updates[cid] == restarted.applied[cid] for cid in updates)
+    assert restarted.pending_updates() == {}
