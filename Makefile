@@ -26,6 +26,7 @@ integration: setup
 	$(PY) -m pytest -m integration tests/integration
 
 vm: setup
+	hack/containerd-env fetch >/dev/null  # the guest has no network: tests/vm runs containerd from the cache
 	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 	hack/vm-run --numa-nodes 4 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 
@@ -36,6 +37,7 @@ proto: setup
 
 bench: setup
 	hack/bench
+	hack/bench-nri
 
 clean:
 	rm -rf .venv .cache
