@@ -9,51 +9,21 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import pytest
+from agent_pods import fast_path, guaranteed, new_engine
 
 from podlevel.agent.placement import Placement, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment, Engine, EngineConfig
+from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
-from podlevel.engine.topology import from_spec
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 
-MI = 2**20
-# 16 CPUs: node 0 = CPUs 0-3,8-11, node 1 = CPUs 4-7,12-15; the first core (0,8) is reserved, so node 0 has
-# 6 assignable CPUs and node 1 has 8. The node shared pool starts as all 16 (the kubelet's default set).
-SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
 
 
-def new_engine(reserved: str = "0,8") -> Engine:
-    return Engine(
-        from_spec(SMALL),
-        EngineConfig(
-            reserved_cpus=CPUSet.parse(reserved),
-            reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
-        ),
-    )
-
-
-def guaranteed(millis: int, memory_mi: int) -> Resources:
-    values = {"cpu": millis, "memory": memory_mi * MI}
-    return Resources(requests=MappingProxyType(values), limits=MappingProxyType(dict(values)))
-
-
 def burstable(millis: int) -> Resources:
     return Resources(requests=MappingProxyType({"cpu": millis}))
-
-
-def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
-    """A bubble of `cpus`, an app with an exclusive slice, a sidecar in the pod shared pool."""
-    return Pod(
-        uid=f"uid-{name}",
-        name=name,
-        resources=guaranteed(cpus * 1000, 1024),
-        init_containers=(Container("log", ContainerKind.SIDECAR),),
-        containers=(Container("app", resources=guaranteed(exclusive * 1000, 256)),),
-    )
 
 
 def shared_only() -> Pod:
@@ -216,6 +186,20 @@ def test_unmanaged_container_follows_the_node_shared_pool() -> None:
     assert pod.uid not in placement.state.pods
     assert placement.pending_updates() == {"web-1": web}
     assert placement.pending_updates() == {}, "updates are handed out once"
+
+
+def test_pool_back_where_it_was_before_anyone_was_told_moves_nobody() -> None:
+    """A pod replaced by one of the same shape between two answers: its bubble lands where the old one was."""
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    start(placement, fast_path("old"))
+    placement.remove_sandbox("sb-old")
+    settings, moved = placement.create(sandbox_of(fast_path("new")), "new-app", "app")
+    assert moved == {}
+    assert placement.pending_updates() == {}
+    bubble = placement.engine.decision(placement.state, "uid-new").bubble_cpus
+    assert bubble is not None and placement.applied["web-1"].cpus == ALL_CPUS - bubble
+    assert placement.applied["new-app"] == settings
 
 
 def test_unmanaged_container_is_never_admitted() -> None:

@@ -20,7 +20,7 @@ No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its ans
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -75,14 +75,24 @@ def pod_shape(sandbox: Sandbox) -> Pod | None:
 
 
 class Placement:
-    """Runtime containers ⇄ engine decisions, plus what was last applied to each container."""
+    """Runtime containers ⇄ engine decisions, plus what was last applied to each container.
+
+    Invariants: `applied` holds the desired settings of every tracked container whenever the node shared
+    pool equals `_flushed_pool`, so an event that leaves the pool alone finds no updates without looking at
+    every container. That holds because a pod's own decision is fixed from admission to release (the engine
+    changes it only through `remove_container`, which placement never calls: restarts keep allocations), and
+    other pods come and go only through the node shared pool, the one thing a decision shares with the rest
+    of the node. `_pods` caches each admitted pod's decision accordingly.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.state: NodeState = engine.initial_state()
         self._containers: dict[str, _Tracked] = {}
         self._sandbox_pods: dict[str, str] = {}
+        self._pods: dict[str, dict[str, Settings]] = {}
         self.applied: dict[str, Settings] = {}
+        self._flushed_pool = engine.node_shared_pool(self.state)
 
     # -- events --------------------------------------------------------------------------------------------
 
@@ -94,7 +104,7 @@ class Placement:
         self._containers[container_id] = _Tracked(sandbox.id, self._admit(sandbox, name), name)
         settings = self.desired(container_id)
         self.applied[container_id] = settings
-        return settings, self.pending_updates(exclude=container_id)
+        return settings, self.pending_updates()
 
     def _admit(self, sandbox: Sandbox, name: str) -> str:
         """Admit the sandbox's pod if it is managed (idempotent); its uid, or "" for the node shared pool."""
@@ -106,7 +116,12 @@ class Placement:
                 "pod shape", f"container {name!r} of pod {sandbox.namespace}/{sandbox.name} is not in "
                 f"its {SHAPE_ANNOTATION} annotation"
             )
-        self.state, _ = self.engine.admit(self.state, pod)
+        if pod.uid not in self._pods:
+            self.state, decision = self.engine.admit(self.state, pod)
+            self._pods[pod.uid] = {
+                d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
+                for d in decision.containers
+            }
         self._sandbox_pods[sandbox.id] = pod.uid
         return pod.uid
 
@@ -122,6 +137,7 @@ class Placement:
             self.remove_container(container_id)
         if uid is not None and uid in self.state.pods:
             self.state = self.engine.remove_pod(self.state, uid)
+            del self._pods[uid]
 
     def synchronize(
         self, sandboxes: Iterable[Sandbox], containers: Iterable[tuple[str, str, str, CPUSet | None]]
@@ -136,6 +152,7 @@ class Placement:
         self.state = self.engine.initial_state()
         self._containers.clear()
         self._sandbox_pods.clear()
+        self._pods.clear()
         by_id = {s.id: s for s in sandboxes}
         refused: dict[str, str] = {}
         current: dict[str, CPUSet | None] = {}
@@ -151,7 +168,9 @@ class Placement:
             self._containers[container_id] = _Tracked(sandbox_id, uid, name)
             current[container_id] = cpus
         # Settings are computed once, after every pod is back: per container they would cost quadratic time.
-        self.applied = self._desired({})
+        shared = self._node_shared()
+        self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
+        self._flushed_pool = shared.cpus
         updates = {cid: s for cid, s in self.applied.items() if current[cid] != s.cpus}
         return updates, list(refused.items())
 
@@ -161,34 +180,32 @@ class Placement:
         tracked = self._containers.get(container_id)
         if tracked is None:
             return self._node_shared()
-        return self._settings(tracked, {}, self._node_shared())
+        return self._settings(tracked, self._node_shared())
 
-    def pending_updates(self, exclude: str = "") -> dict[str, Settings]:
-        """Containers whose desired settings differ from the last applied; marks them applied."""
+    def pending_updates(self) -> dict[str, Settings]:
+        """Containers whose desired settings differ from the last applied; marks them applied. Never the
+        container `create` just placed: it is applied already."""
+        shared = self._node_shared()
+        if shared.cpus == self._flushed_pool:
+            return {}
         changed: dict[str, Settings] = {}
-        for container_id, settings in self._desired({}).items():
-            if container_id != exclude and self.applied.get(container_id) != settings:
+        for container_id, tracked in self._containers.items():
+            settings = self._settings(tracked, shared)
+            if self.applied.get(container_id) != settings:
                 changed[container_id] = settings
                 self.applied[container_id] = settings
+        self._flushed_pool = shared.cpus
         return changed
 
-    def _desired(self, decisions: dict[str, dict[str, Settings]]) -> dict[str, Settings]:
-        """Every tracked container's settings; `decisions` caches one engine view per pod."""
-        shared = self._node_shared()
-        return {cid: self._settings(tracked, decisions, shared) for cid, tracked in self._containers.items()}
-
-    def _settings(
-        self, tracked: _Tracked, decisions: dict[str, dict[str, Settings]], shared: Settings
-    ) -> Settings:
-        if not tracked.pod_uid or tracked.pod_uid not in self.state.pods:
+    def _settings(self, tracked: _Tracked, shared: Settings) -> Settings:
+        pod = self._pods.get(tracked.pod_uid)
+        settings = pod.get(tracked.name) if pod is not None else None
+        if settings is None:
             return shared
-        pod = decisions.get(tracked.pod_uid)
-        if pod is None:
-            pod = decisions[tracked.pod_uid] = {
-                d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
-                for d in self.engine.decision(self.state, tracked.pod_uid).containers
-            }
-        return pod.get(tracked.name, shared)
+        if settings.assignment is Assignment.NODE_SHARED and settings.cpus != shared.cpus:
+            # A managed container outside any bubble follows the pool; its memory nodes stay its own.
+            return replace(settings, cpus=shared.cpus)
+        return settings
 
     def _node_shared(self) -> Settings:
         return Settings(
