@@ -6,57 +6,18 @@ cgroup printed beside the plugin's own log. Everything started is stopped again,
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import IO
 
 from podlevel.podspec.manifest import load_pods
 from podlevel.testbed.cgroupfs import cpus_allowed_list, read_cgroup
 from podlevel.testbed.containerd import FLAVOURS, Containerd
 from podlevel.testbed.cri import CRI, CRIError
 from podlevel.testbed.kubelet import start_pod
-from podlevel.testbed.wait import wait_until
+from podlevel.testbed.plugin_process import PluginProcess
 
 TOP = Path(__file__).resolve().parents[3]
 DEFAULT_PODS = TOP / "deploy" / "demo" / "pods-2cpu.yaml"
-REGISTER_TIMEOUT_S = 30.0
-
-
-class PluginProcess:
-    """`nri-podlevel run` in a child process, its log echoed with a prefix and kept for inspection."""
-
-    def __init__(self, nri_socket: Path, extra: list[str]) -> None:
-        command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
-        self.lines: list[str] = []
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.process.stdout is not None
-        self._reader = threading.Thread(target=self._echo, args=(self.process.stdout,), daemon=True)
-        self._reader.start()
-
-    def _echo(self, stream: IO[str]) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip())
-            print(f"  plugin | {line.rstrip()}", flush=True)
-
-    def wait_registered(self) -> None:
-        wait_until(
-            lambda: any("registered with" in line for line in self.lines) or self.process.poll() is not None,
-            REGISTER_TIMEOUT_S,
-            "the plugin to register with containerd",
-        )
-        if self.process.poll() is not None:
-            raise RuntimeError(f"nri-podlevel run exited with status {self.process.returncode}")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._reader.join(timeout=5)
 
 
 def report(cri: CRI, pod_name: str, containers: dict[str, str]) -> None:

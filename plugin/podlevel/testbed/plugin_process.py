@@ -1,0 +1,87 @@
+"""`nri-podlevel run` as a child process, for the demo and the integration tests.
+
+Its log (stdout and stderr) is kept line by line and echoed with a prefix, so a reader sees the plugin's
+decisions beside its own output. Waiting is on log lines with a deadline, never a sleep; the process is
+stopped (SIGTERM, then SIGKILL) or killed outright to play a crash, always by its own PID.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Final
+
+from podlevel.testbed.wait import wait_until
+
+REGISTER_TIMEOUT_S: Final = 30.0
+STOP_TIMEOUT_S: Final = 10.0
+REGISTERED: Final = "registered with"
+"""What the stub logs once the runtime has configured and synchronized it."""
+
+
+class PluginExited(RuntimeError):
+    """The plugin process ended while something was still expected of it."""
+
+
+class PluginProcess:
+    """`nri-podlevel run --nri-socket SOCKET EXTRA...` in a child process; `lines` is its log so far."""
+
+    def __init__(self, nri_socket: Path, extra: Sequence[str] = (), *, prefix: str = "  plugin | ") -> None:
+        command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
+        self.prefix = prefix
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.process.stdout is not None
+        self._reader = threading.Thread(target=self._echo, args=(self.process.stdout,), daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _echo(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip())
+            print(f"{self.prefix}{line.rstrip()}", flush=True)
+
+    def wait_for_line(self, text: str, timeout: float, *, after: int = 0) -> str:
+        """The first log line from index `after` on that contains `text`; raises PluginExited if the
+        process ends first, DeadlineExceeded after `timeout` seconds."""
+
+        def found() -> str | None:
+            match = next((line for line in self.lines[after:] if text in line), None)
+            if match is None and self.process.poll() is not None:
+                self._reader.join(timeout=STOP_TIMEOUT_S)
+                match = next((line for line in self.lines[after:] if text in line), None)
+                if match is None:
+                    raise PluginExited(
+                        f"nri-podlevel run exited with status {self.process.returncode} before logging "
+                        f"{text!r}; last lines: {self.lines[-10:]}"
+                    )
+            return match
+
+        return wait_until(found, timeout, f"nri-podlevel run to log {text!r}")
+
+    def wait_registered(self, timeout: float = REGISTER_TIMEOUT_S) -> str:
+        return self.wait_for_line(REGISTERED, timeout)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it is still there after STOP_TIMEOUT_S; waits for its log to end."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=STOP_TIMEOUT_S)
+
+    def kill(self) -> None:
+        """SIGKILL: the plugin dies as in a crash, with no chance to say goodbye to the runtime."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout=STOP_TIMEOUT_S)
