@@ -1,0 +1,169 @@
+"""`nri-podlevel run` as a real process against a real containerd (both flavours), pods started kubelet-style.
+
+What is asserted is what the kernel applies, read from cgroupfs and /proc/PID/status, next to the plugin's
+own log: a pod-level exclusive container gets its slice with CFS quota off, an unmanaged container in the
+node shared pool is moved by an update riding on the CreateContainer answer when a bubble is carved, a pod
+breaking the empty-shared-pool rule fails CRI CreateContainer and reserves nothing, and a restarted plugin
+re-synchronizes the running containers and keeps their allocations.
+
+Sized for the 2-CPU host: CPU 0 is reserved by default (and stays in the node shared pool), CPU 1 is the
+only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each started with a fresh uid.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
+from podlevel.engine.pod import Pod
+from podlevel.podspec.manifest import load_pods
+from podlevel.testbed import cgroupfs
+from podlevel.testbed.containerd import Containerd
+from podlevel.testbed.cri import CRI, CRIError
+from podlevel.testbed.kubelet import start_pod
+from podlevel.testbed.plugin_process import PluginProcess
+from podlevel.testbed.wait import wait_until
+
+pytestmark = pytest.mark.integration
+
+PODS: Final = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "pods-2cpu.yaml"
+ALL: Final = "0-1"
+RESERVED: Final = "0"
+ASSIGNABLE: Final = "1"
+APPLY_TIMEOUT_S: Final = 10.0
+LOG_TIMEOUT_S: Final = 15.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def two_cpus() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if cpus != [0, 1]:
+        raise RuntimeError(f"these tests are sized for a host with CPUs 0-1, this process may use {cpus}")
+
+
+def demo_pod(name: str) -> Pod:
+    """A demo pod under a fresh uid, so no two tests (or flavours) share a pod cgroup."""
+    [pod] = [p for p in load_pods(PODS.read_text(), str(PODS)) if p.name == name]
+    return replace(pod, uid=str(uuid.uuid4()))
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the kernel applies to a running container."""
+
+    cpus: str
+    mems: str
+    quota: str
+    """The raw CFS quota: cpu.cfs_quota_us on v1 ("-1" = off), the first field of cpu.max on v2 ("max")."""
+    allowed: str
+    """/proc/PID/status Cpus_allowed_list of the container's process."""
+
+
+def raw_quota(cgroups_path: str) -> str:
+    relative = cgroups_path.strip("/")
+    if cgroupfs.is_cgroup2():
+        return (cgroupfs.CGROUP_MOUNT / relative / "cpu.max").read_text().split()[0]
+    return (cgroupfs.CGROUP_MOUNT / "cpu" / relative / "cpu.cfs_quota_us").read_text().strip()
+
+
+def applied(cri: CRI, container_id: str) -> Applied:
+    status = cri.container_status(container_id)
+    assert status.state == "CONTAINER_RUNNING" and status.pid, (status.name, status.state)
+    values = cgroupfs.read_cgroup(status.cgroups_path)
+    return Applied(values.cpus, values.mems, raw_quota(status.cgroups_path),
+                   cgroupfs.cpus_allowed_list(status.pid))
+
+
+def quota_off() -> str:
+    return "max" if cgroupfs.is_cgroup2() else "-1"
+
+
+def wait_applied(cri: CRI, container_id: str, cpus: str) -> Applied:
+    """The container's settings once its cgroup and its process both hold `cpus`."""
+
+    def there() -> Applied | None:
+        now = applied(cri, container_id)
+        return now if now.cpus == now.allowed == cpus else None
+
+    return wait_until(there, APPLY_TIMEOUT_S, f"container {container_id[:12]} on CPUs {cpus}")
+
+
+@pytest.fixture
+def plugin(containerd: Containerd) -> Iterator[PluginProcess]:
+    """`nri-podlevel run` with its defaults (CPU 0 reserved), registered with the shared containerd."""
+    process = PluginProcess(containerd.nri_socket)
+    try:
+        process.wait_registered()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_exclusive_slice_quota_off_and_node_shared_pool_moved(cri: CRI, plugin: PluginProcess) -> None:
+    web = start_pod(cri, demo_pod("web"), with_shape=False)
+    server = web.containers["server"]
+    shared = applied(cri, server)
+    assert (shared.cpus, shared.mems, shared.allowed) == (ALL, "0", ALL)
+    marker = len(plugin.lines)
+
+    fast = start_pod(cri, demo_pod("fast-path"))
+
+    main_app = applied(cri, fast.containers["main-app"])
+    assert main_app == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+    moved = wait_applied(cri, server, RESERVED)
+    assert moved.cpus == moved.allowed == RESERVED
+    placed = plugin.wait_for_line("container main-app: pod_exclusive cpus=1", LOG_TIMEOUT_S, after=marker)
+    assert "quota=off" in placed
+    # The move rode on main-app's CreateContainer answer: it is logged by that handler, right after.
+    updated = plugin.wait_for_line("updated 1 containers", LOG_TIMEOUT_S, after=marker)
+    assert server[:12] in updated and "node_shared cpus=0" in updated
+    assert plugin.lines.index(updated) == plugin.lines.index(placed) + 1
+
+
+def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: PluginProcess) -> None:
+    no_room = demo_pod("no-room")
+    with pytest.raises(CRIError) as refused:
+        start_pod(cri, no_room)
+    assert refused.value.method == "CreateContainer"
+    assert f"{EMPTY_POD_SHARED_POOL_ERROR}: " in refused.value.details
+    plugin.wait_for_line(f"refused default/no-room container logging-sidecar: {EMPTY_POD_SHARED_POOL_ERROR}",
+                         LOG_TIMEOUT_S)
+    assert cri.list_containers() == [], "the refused container was not left behind"
+
+    fast = start_pod(cri, demo_pod("fast-path"))
+
+    assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+
+
+def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
+                                                               plugin: PluginProcess) -> None:
+    web = start_pod(cri, demo_pod("web"), with_shape=False)
+    fast = start_pod(cri, demo_pod("fast-path"))
+    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
+    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
+              for name, cid in containers.items()}
+
+    plugin.kill()
+    restarted = PluginProcess(containerd.nri_socket)
+    try:
+        restarted.wait_registered()
+        synchronized = restarted.wait_for_line("synchronized 2 pods, 2 containers;", LOG_TIMEOUT_S)
+        assert synchronized.endswith("; 0 updates"), synchronized
+        assert {name: applied(cri, cid) for name, cid in containers.items()} == before
+        # The restarted plugin holds fast-path's CPU again: a second bubble finds none left.
+        with pytest.raises(CRIError) as refused:
+            start_pod(cri, demo_pod("fast-path"))
+        assert "TopologyAffinityError" in refused.value.details
+        assert applied(cri, containers["main-app"]) == before["main-app"]
+        late = start_pod(cri, demo_pod("web"), with_shape=False)
+        assert applied(cri, late.containers["server"]).cpus == RESERVED
+    finally:
+        restarted.stop()
+
