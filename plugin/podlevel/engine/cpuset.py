@@ -96,16 +96,15 @@ class CPUSet:
         return list(self)
 
     def __str__(self) -> str:
+        """Linux list syntax, one step per range (not per CPU): large sets are formatted on every answer."""
         ranges: list[str] = []
-        start = prev = -2
-        for cpu in self:
-            if cpu != prev + 1:
-                if start >= 0:
-                    ranges.append(_range(start, prev))
-                start = cpu
-            prev = cpu
-        if start >= 0:
-            ranges.append(_range(start, prev))
+        mask = self._mask
+        while mask:
+            start = (mask & -mask).bit_length() - 1
+            run = mask >> start
+            length = (run ^ (run + 1)).bit_length() - 1
+            ranges.append(_range(start, start + length - 1))
+            mask &= ~((1 << (start + length)) - 1)
         return ",".join(ranges)
 
     def __repr__(self) -> str:
