@@ -64,9 +64,7 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         """Append `data` and return every frame now complete. Raises ProtocolError on an oversized frame."""
         self._buffer += data
-        records = take_records(
-            self._buffer, _HEADER, 1, MAX_INBOUND_FRAME, lambda h: f"mux frame for conn {h[0]}"
-        )
+        records = take_records(self._buffer, _HEADER, 1, MAX_INBOUND_FRAME, _describe_frame)
         return [Frame(header[0], payload) for header, payload in records]
 
 
