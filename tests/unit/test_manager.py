@@ -123,6 +123,23 @@ def test_empty_shared_pool_is_refused_under_pod_scope(policy: TopologyPolicyName
     with pytest.raises(EmptyPodSharedPoolError) as caught:
         eng.admit(state, example("empty-shared-pool"))
     assert caught.value.type == "EmptyPodSharedPoolError"
+    assert caught.value.message == (
+        "pod default/empty-shared-pool: exclusive containers take 4 of the pod's 4 CPUs, leaving an empty "
+        "pod shared pool for logging-sidecar (empty pod shared pool rule)"
+    )
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=str)
+def test_an_empty_memory_shared_pool_is_named_when_the_cpus_keep_theirs(policy: TopologyPolicyName) -> None:
+    """A non-integer CPU request keeps `app` out of the exclusive CPUs, but its memory takes the budget."""
+    eng = engine(Scope.POD, policy)
+    app = Container("app", resources=guaranteed(1500, 4 * GI))
+    with pytest.raises(EmptyPodSharedPoolError) as caught:
+        eng.admit(eng.initial_state(), pod("memory-hog", guaranteed(4000, 4 * GI), app, Container("log")))
+    assert caught.value.message == (
+        f"pod default/memory-hog: exclusive containers take {4 * GI} of the pod's {4 * GI} bytes of memory, "
+        "leaving an empty pod shared pool for log (empty pod shared pool rule)"
+    )
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=str)

@@ -455,7 +455,7 @@ class StaticCPUPolicy:
             return state
         violation = self.empty_shared_pool(pod, total)
         if violation is not None:
-            raise EmptyPodSharedPoolError(f"pod {_name(pod)}: {violation} (empty pod shared pool rule)")
+            raise EmptyPodSharedPoolError.of(_name(pod), violation)
         self._enforce_smt_alignment(state, total)
         try:
             bubble = self._allocate_cpus(state, total, hint.affinity, EMPTY)

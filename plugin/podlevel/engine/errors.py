@@ -48,6 +48,12 @@ class EmptyPodSharedPoolError(AdmissionError):
     def __init__(self, message: str) -> None:
         super().__init__(EMPTY_POD_SHARED_POOL_ERROR, message)
 
+    @classmethod
+    def of(cls, pod: str, violation: str) -> EmptyPodSharedPoolError:
+        """The refusal of pod `namespace/name` for `violation`, what a provider found breaking the rule; one
+        wording whichever provider (or the engine, asking them) finds it."""
+        return cls(f"pod {pod}: {violation} (empty pod shared pool rule)")
+
 
 class UnexpectedAdmissionError(AdmissionError):
     def __init__(self, message: str) -> None:

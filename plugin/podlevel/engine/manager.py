@@ -37,12 +37,9 @@ from typing import Final, Literal, TypeVar
 
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
-from podlevel.engine.errors import (
-    AdmissionError,
-    EmptyPodSharedPoolError,
-    TopologyAffinityError,
-)
-from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
+from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
+from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, pod_requests
+from podlevel.engine.memory_policy import empty_shared_pool_violation as memory_empty_shared_pool
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
@@ -191,7 +188,7 @@ class Engine:
             ]
             best, admit = self._tm.merge(providers)
             if not admit:
-                self._raise_empty_shared_pool(state, pod, providers)
+                self._raise_empty_shared_pool(pod, providers)
                 raise TopologyAffinityError(
                     POD_SCOPE_PREFIX + self._locality_message(state, _pod_budget(pod))
                 )
@@ -200,29 +197,20 @@ class Engine:
         memory_state = memory.allocate_pod(state.memory, pod, hint) if memory is not None else state.memory
         return cpu_state, memory_state
 
-    def _raise_empty_shared_pool(
-        self, state: NodeState, pod: Pod, providers: Sequence[ProviderHints]
-    ) -> None:
+    def _raise_empty_shared_pool(self, pod: Pod, providers: Sequence[ProviderHints]) -> None:
         """Name the empty-shared-pool rule when it is why a provider had no hint (KEP-5526 §4.2).
 
         A provider answers a pod that breaks the rule with an empty hint list, which the merge reports as a
-        locality failure; operators should see the rule they broke instead. The provider's own AllocatePod
-        is the authority on the rule, so ask it with no NUMA preference and keep only that verdict.
+        locality failure; operators should see the rule they broke instead. Only a provider that gave an
+        empty list is asked, with the rule check its own AllocatePod applies; CPU first, as admission runs.
         """
-        attempts: list[Callable[[], object]] = []
+        violation = None
         if self._cpu is not None and _has_impossible(providers[0]):
-            cpu = self._cpu
-            attempts.append(lambda: cpu.allocate_pod(state.cpu, pod, _NO_PREFERENCE))
-        if self._memory is not None and _has_impossible(providers[1]):
-            memory = self._memory
-            attempts.append(lambda: memory.allocate_pod(state.memory, pod, _NO_PREFERENCE))
-        for attempt in attempts:
-            try:
-                attempt()
-            except EmptyPodSharedPoolError:
-                raise
-            except AdmissionError:
-                continue
+            violation = self._cpu.empty_shared_pool(pod, self._cpu.pod_guaranteed_cpus(pod))
+        if violation is None and self._memory is not None and _has_impossible(providers[1]):
+            violation = memory_empty_shared_pool(pod, pod_requests(pod))
+        if violation is not None:
+            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
 
     def _admit_classic_pod_scope(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """The kubelet's pod scope for a pod without a budget: one hint for all, Allocate per container."""

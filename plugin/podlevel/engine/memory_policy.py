@@ -255,9 +255,7 @@ class StaticMemoryPolicy:
         budget = pod_requests(pod)
         violation = empty_shared_pool_violation(pod, budget)
         if violation is not None:
-            raise EmptyPodSharedPoolError(
-                f"pod {pod.namespace}/{pod.name}: {violation} (empty pod shared pool rule)"
-            )
+            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
         if not budget:
             return state
         nodes = nodes_of(self._resolve(state, pod, budget, hint))
