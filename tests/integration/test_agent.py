@@ -23,11 +23,11 @@ import pytest
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
 from podlevel.testbed import cgroupfs
 from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, CRIError
-from podlevel.testbed.kubelet import start_pod
+from podlevel.testbed.cri import CRI, CRIError, Resources
+from podlevel.testbed.kubelet import LONG_RUNNING, cri_resources, start_pod
 from podlevel.testbed.plugin_process import PluginProcess
 from podlevel.testbed.wait import wait_until
 
@@ -167,3 +167,22 @@ def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Conta
     finally:
         restarted.stop()
 
+
+
+def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugin: PluginProcess) -> None:
+    """The annotation says a 1-CPU bubble; the sandbox the kubelet made carries a 100m budget."""
+    fast = demo_pod("fast-path")
+    sandbox = cri.run_pod(
+        fast.name, uid=fast.uid, annotations={SHAPE_ANNOTATION: to_annotation(fast)},
+        resources=Resources.kubelet(cpu_request="100m", cpu_limit="100m", memory_limit="256Mi"),
+    )
+    with pytest.raises(CRIError) as refused:
+        cri.run_container(sandbox, "main-app", command=list(LONG_RUNNING),
+                          resources=cri_resources(fast.containers[0].resources))
+    assert refused.value.method == "CreateContainer"
+    assert "InvalidArgument" in refused.value.details and SHAPE_ANNOTATION in refused.value.details
+    assert "cpu_shares 1024" in refused.value.details and "carries 102" in refused.value.details
+    plugin.wait_for_line(f"bad pod shape for default/{fast.name}", LOG_TIMEOUT_S)
+
+    honest = start_pod(cri, demo_pod("fast-path"))
+    assert applied(cri, honest.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)

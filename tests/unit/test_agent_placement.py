@@ -11,7 +11,7 @@ from types import MappingProxyType
 import pytest
 from agent_pods import fast_path, guaranteed, new_engine
 
-from podlevel.agent.placement import Placement, Sandbox, Settings
+from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, expected_runtime
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
@@ -263,16 +263,42 @@ def test_refused_pod_runtime_undo_events_are_harmless() -> None:
     assert snapshot(placement) == before
 
 
-def test_container_missing_from_the_shape_annotation_is_an_input_error() -> None:
+def test_container_missing_from_the_shape_runs_in_the_node_shared_pool() -> None:
+    """Ephemeral and debug containers are never in the partition (KEP-5526): the node pool, no refusal."""
+    placement = Placement(new_engine())
+    start(placement, fast_path())
+    settings, _ = placement.create(sandbox_of(fast_path()), "fast-debug", "debug")
+    assert settings.assignment is Assignment.NODE_SHARED
+    assert settings.cpus == placement.engine.node_shared_pool(placement.state)
+    assert settings.cpu_quota_us is None
+
+
+def test_shape_claiming_more_than_the_runtime_carries_is_an_input_error() -> None:
+    """A pod author cannot claim a bubble or a slice the kubelet (and the scheduler) never accounted for."""
     placement = Placement(new_engine())
     placement.create(unmanaged(), "web-1", "server")
     before = snapshot(placement)
+    pod = fast_path()
+    honest = expected_runtime(pod.resources, 100_000)
+    two_cpus_less = replace(honest, cpu_quota=honest.cpu_quota - 200_000)
     with pytest.raises(InputError) as raised:
-        placement.create(sandbox_of(fast_path()), "fast-debug", "debug")
+        placement.create(replace(sandbox_of(pod), resources=two_cpus_less), "fast-app", "app")
     assert raised.value.rule == "pod shape"
-    assert SHAPE_ANNOTATION in str(raised.value)
-    assert "'debug'" in str(raised.value) and "default/fast" in str(raised.value)
+    assert SHAPE_ANNOTATION in str(raised.value) and "cpu_quota" in str(raised.value)
+    assert f"{honest.cpu_quota} us" in str(raised.value)
+    assert f"{two_cpus_less.cpu_quota} us" in str(raised.value)
     assert snapshot(placement) == before
+
+    app = pod.container("app")
+    assert app is not None
+    lying = replace(expected_runtime(app.resources, 100_000), memory_limit=1)
+    with pytest.raises(InputError, match=r"container app: .* memory_limit"):
+        placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", lying)
+    assert snapshot(placement) == before
+
+    truthful = expected_runtime(app.resources, 100_000)
+    settings, _ = placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", truthful)
+    assert settings.assignment is Assignment.POD_EXCLUSIVE
 
 
 def test_malformed_shape_annotation_is_an_input_error() -> None:
@@ -320,7 +346,12 @@ def test_remove_sandbox_releases_and_forgets_every_container() -> None:
 
 # -- synchronize -------------------------------------------------------------------------------------------
 
-Row = tuple[str, str, str, CPUSet | None]
+Row = Observed
+
+
+def _holding(row: Observed, settings: Settings) -> Observed:
+    """The row as the runtime reports a container that holds `settings`."""
+    return row._replace(cpus=settings.cpus, mems=settings.mems, cpu_quota_us=settings.cpu_quota_us)
 
 
 def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
@@ -339,9 +370,9 @@ def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
         for name in container_names:
             container_id = f"{sandbox_id[3:]}-{name}"
             placement.create(by_id[sandbox_id], container_id, name)
-            rows.append((container_id, sandbox_id, name, None))
+            rows.append(Observed(container_id, sandbox_id, name))
     placement.pending_updates()
-    rows = [(cid, sid, name, placement.applied[cid].cpus) for cid, sid, name, _ in rows]
+    rows = [_holding(row, placement.applied[row.container_id]) for row in rows]
     return placement, sandboxes, rows
 
 
@@ -359,8 +390,10 @@ def test_synchronize_updates_only_containers_whose_cpuset_differs() -> None:
     live, sandboxes, rows = busy_node()
     # The runtime lost one pinning (None: no cpuset) and holds a stale one for another.
     rows = [
-        (cid, sid, name, None if cid == "fast-app" else CPUSet([1]) if cid == "web-server" else cpus)
-        for cid, sid, name, cpus in rows
+        row._replace(cpus=None) if row.container_id == "fast-app"
+        else row._replace(cpus=CPUSet([1])) if row.container_id == "web-server"
+        else row
+        for row in rows
     ]
     updates, refused = Placement(new_engine()).synchronize(sandboxes, rows)
     assert refused == []
@@ -425,3 +458,65 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
     assert {"second-log", "second-app", "web-server"} <= updates.keys()
     assert all(updates[cid] == restarted.applied[cid] for cid in updates)
     assert restarted.pending_updates() == {}
+
+
+def test_reconnect_keeps_allocations_whatever_order_the_runtime_lists() -> None:
+    """containerd restarted: the plugin's state is right, so nothing moves even in reverse order."""
+    placement = Placement(new_engine())
+    first, second = fast_path("first", 6, 2), fast_path("second", 6, 2)
+    start(placement, first)
+    start(placement, second)
+    placement.pending_updates()
+    nodes = {p.name: placement.state.cpu.pod_entries[p.uid] for p in (first, second)}
+    assert nodes["first"].is_disjoint(nodes["second"])
+    held = dict(placement.applied)
+    rows = [
+        _holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1]), s) for cid, s in held.items()
+    ]
+
+    updates, refused = placement.synchronize([sandbox_of(second), sandbox_of(first)], list(reversed(rows)))
+
+    assert (updates, refused) == ({}, [])
+    assert placement.applied == held
+    assert {p.name: placement.state.cpu.pod_entries[p.uid] for p in (first, second)} == nodes
+
+
+def test_synchronize_releases_pods_whose_sandboxes_are_gone() -> None:
+    placement = Placement(new_engine())
+    start(placement, fast_path("gone"))
+    placement.create(unmanaged(), "web-server", "server")
+    web_before = placement.applied["web-server"]
+    row = Observed("web-server", "sb-web", "server", web_before.cpus)
+    updates, _ = placement.synchronize([unmanaged()], [row])
+    assert "uid-gone" not in placement.state.pods
+    assert updates["web-server"].cpus == ALL_CPUS, "the freed bubble is back in the pool at once"
+
+
+def test_synchronize_corrects_memory_nodes_and_quota_not_just_cpus() -> None:
+    placement = Placement(new_engine())
+    start(placement, fast_path())
+    app = placement.applied["fast-app"]
+    base = _holding(Observed("fast-app", "sb-fast", "app"), app)
+    other_mems = (0, 1) if app.mems == (0,) else (0,)
+    for drifted in (base._replace(mems=other_mems), base._replace(cpu_quota_us=50_000)):
+        updates, _ = placement.synchronize([sandbox_of(fast_path())], [drifted])
+        assert updates == {"fast-app": app}
+    updates, _ = placement.synchronize([sandbox_of(fast_path())], [base])
+    assert updates == {}
+
+
+def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -> None:
+    """A sibling listed while its pod could not be admitted follows the pod once it is."""
+    crowded = Placement(new_engine())
+    blocker = fast_path("blocker", 7, 2)  # only node 1 has 7 assignable CPUs; "late" needs 8, also node 1
+    start(crowded, blocker)
+    late = fast_path("late", 8, 2)
+    rows = [Observed("late-log", "sb-late", "log")]
+    _, refused = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)], rows)
+    assert [sid for sid, _ in refused] == ["sb-late"]
+    assert crowded.applied["late-log"].assignment is Assignment.NODE_SHARED
+
+    crowded.remove_sandbox("sb-blocker")
+    settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
+    assert settings.assignment is Assignment.POD_EXCLUSIVE
+    assert moved["late-log"].assignment is Assignment.POD_SHARED

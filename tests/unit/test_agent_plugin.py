@@ -71,12 +71,13 @@ def test_refused_pod_fails_create_with_the_kubelet_reason(plugin: PodLevelPlugin
     assert plugin.placement.state is before
 
 
-def test_container_missing_from_the_shape_is_an_invalid_argument(plugin: PodLevelPlugin) -> None:
+def test_shape_the_runtime_contradicts_is_an_invalid_argument(plugin: PodLevelPlugin) -> None:
     fast = sandbox(fast_path())
+    fast.linux.pod_resources.memory.limit.value = 1
     with pytest.raises(RpcError) as raised:
-        plugin.create_container(fast, container(fast, "debug"))
+        plugin.create_container(fast, container(fast, "app"))
     assert raised.value.code == Code.INVALID_ARGUMENT
-    assert SHAPE_ANNOTATION in raised.value.message
+    assert SHAPE_ANNOTATION in raised.value.message and "memory_limit" in raised.value.message
 
 
 def test_update_container_carries_its_own_moved_settings_once(plugin: PodLevelPlugin) -> None:
@@ -119,3 +120,19 @@ def test_updates_of_many_containers_moving_together() -> None:
     assert [u.container_id for u in updates] == [f"c{i}" for i in range(300)]
     assert {u.linux.resources.cpu.cpus for u in updates} == {"1-7,9-15"}
 
+
+
+def test_synchronize_survives_an_unreadable_cpuset(
+    plugin: PodLevelPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One container with a cpuset string the plugin cannot read must not fail the whole Synchronize."""
+    web = sandbox(None)
+    garbled = container(web, "server")
+    garbled.linux.resources.cpu.cpus = "0-x"
+    fine = container(web, "sidecar")
+    fine.linux.resources.cpu.cpus = "0-15"
+
+    updates = plugin.synchronize([web], [garbled, fine])
+
+    assert [u.container_id for u in updates] == ["web-server"], "treated as unknown, so it is set again"
+    assert "ignoring the runtime's cpuset" in caplog.text and "'0-x'" in caplog.text

@@ -11,8 +11,15 @@ Rules:
   it is admitted by the engine at its first container, all or nothing, and released when the sandbox stops
   or disappears from a Synchronize. A refused pod fails that container's creation with the kubelet's
   admission type and message; nothing is reserved.
-- Every other container runs in the node shared pool and follows it as it changes.
+- The annotation is checked against what the runtime itself carries (the kubelet's pod-level CPU shares,
+  quota and memory limit, and each container's): a shape that claims more than the scheduler accounted for
+  is refused with InputError naming both values.
+- Every other container runs in the node shared pool and follows it as it changes; so do containers of a
+  managed pod that its shape does not list (ephemeral and debug containers are never in the partition).
 - Container restarts keep the pod's allocations (the kubelet releases only when the pod terminates).
+- Synchronize reconciles: pods already admitted keep their allocations, pods gone are released, new ones
+  are admitted. Only a plugin that starts with nothing (a restart; there are no checkpoints yet) admits
+  every pod anew, and may place them elsewhere than before.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 """
@@ -21,12 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, Engine, NodeState
-from podlevel.engine.pod import Pod
+from podlevel.engine.manager import CFS_PERIOD_US, MIN_CFS_QUOTA_US, Assignment, Engine, NodeState
+from podlevel.engine.pod import CPU, MEMORY, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeResources:
+    """CPU and memory settings as the kubelet hands them to the runtime; 0 means not set."""
+
+    cpu_shares: int = 0
+    cpu_quota: int = 0
+    cpu_period: int = 0
+    memory_limit: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +56,19 @@ class Sandbox:
     name: str
     namespace: str
     annotations: Mapping[str, str]
+    resources: RuntimeResources = RuntimeResources()
+    """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
+
+
+class Observed(NamedTuple):
+    """A container as Synchronize reports it; what it holds now (None: not set or unreadable)."""
+
+    container_id: str
+    sandbox_id: str
+    name: str
+    cpus: CPUSet | None = None
+    mems: tuple[int, ...] | None = None
+    cpu_quota_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +89,6 @@ class Settings:
 @dataclass(frozen=True, slots=True)
 class _Tracked:
     sandbox_id: str
-    pod_uid: str
     name: str
 
 
@@ -72,6 +102,37 @@ def pod_shape(sandbox: Sandbox) -> Pod | None:
     if text is None:
         return None
     return from_annotation(text, name=sandbox.name, namespace=sandbox.namespace, uid=sandbox.uid)
+
+
+MIN_SHARES = 2
+MAX_SHARES = 262144
+
+
+def expected_runtime(resources: Resources, period: int) -> RuntimeResources:
+    """What a kubelet with CFS quota on passes to the runtime for these requests and limits
+    (`MilliCPUToShares`, `MilliCPUToQuota`)."""
+    request = resources.request(CPU)
+    shares = min(MAX_SHARES, max(MIN_SHARES, request * 1024 // 1000))
+    limit = resources.limits.get(CPU, 0)
+    quota = max(MIN_CFS_QUOTA_US, limit * period // 1000) if limit else 0
+    return RuntimeResources(shares, quota, period if limit else 0, resources.limits.get(MEMORY, 0))
+
+
+def verify_shape(claimed: Resources, actual: RuntimeResources, what: str) -> None:
+    """Refuse a shape whose CPU or memory differs from what the runtime carries for the same pod or container.
+
+    Only values the runtime actually carries are compared (a runtime or test harness may leave some unset).
+    """
+    period = actual.cpu_period or CFS_PERIOD_US
+    expected = expected_runtime(claimed, period)
+    for field_name, unit in (("cpu_shares", ""), ("cpu_quota", " us"), ("memory_limit", " bytes")):
+        have, want = getattr(actual, field_name), getattr(expected, field_name)
+        if have and have != want:
+            raise InputError(
+                "pod shape",
+                f"{what}: the {SHAPE_ANNOTATION} annotation implies {field_name} {want}{unit}, but the "
+                f"runtime carries {have}{unit}; the annotation must describe the pod the scheduler admitted",
+            )
 
 
 class Placement:
@@ -90,32 +151,38 @@ class Placement:
         self.state: NodeState = engine.initial_state()
         self._containers: dict[str, _Tracked] = {}
         self._sandbox_pods: dict[str, str] = {}
+        """sandbox id -> uid of its admitted pod, for managed pods only."""
         self._pods: dict[str, dict[str, Settings]] = {}
         self.applied: dict[str, Settings] = {}
         self._flushed_pool = engine.node_shared_pool(self.state)
 
     # -- events --------------------------------------------------------------------------------------------
 
-    def create(self, sandbox: Sandbox, container_id: str, name: str) -> tuple[Settings, dict[str, Settings]]:
+    def create(
+        self, sandbox: Sandbox, container_id: str, name: str, resources: RuntimeResources | None = None
+    ) -> tuple[Settings, dict[str, Settings]]:
         """Place a new container; returns its settings and the changed settings of other containers.
 
-        Raises AdmissionError (pod refused) or InputError (bad shape annotation); state is unchanged then.
+        Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); state is
+        unchanged then.
         """
-        self._containers[container_id] = _Tracked(sandbox.id, self._admit(sandbox, name), name)
+        self._admit(sandbox, name, resources)
+        self._containers[container_id] = _Tracked(sandbox.id, name)
         settings = self.desired(container_id)
         self.applied[container_id] = settings
         return settings, self.pending_updates()
 
-    def _admit(self, sandbox: Sandbox, name: str) -> str:
-        """Admit the sandbox's pod if it is managed (idempotent); its uid, or "" for the node shared pool."""
+    def _admit(self, sandbox: Sandbox, name: str, resources: RuntimeResources | None) -> None:
+        """Admit the sandbox's pod if it is managed and not admitted yet."""
         pod = pod_shape(sandbox)
         if pod is None:
-            return ""
-        if pod.container(name) is None:
-            raise InputError(
-                "pod shape", f"container {name!r} of pod {sandbox.namespace}/{sandbox.name} is not in "
-                f"its {SHAPE_ANNOTATION} annotation"
-            )
+            return
+        where = f"pod {sandbox.namespace}/{sandbox.name}"
+        if pod.resources is not None:
+            verify_shape(pod.resources, sandbox.resources, where)
+        container = pod.container(name)
+        if container is not None and resources is not None:
+            verify_shape(container.resources, resources, f"{where} container {name}")
         if pod.uid not in self._pods:
             self.state, decision = self.engine.admit(self.state, pod)
             self._pods[pod.uid] = {
@@ -123,7 +190,6 @@ class Placement:
                 for d in decision.containers
             }
         self._sandbox_pods[sandbox.id] = pod.uid
-        return pod.uid
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -135,43 +201,43 @@ class Placement:
         uid = self._sandbox_pods.pop(sandbox_id, None)
         for container_id in [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]:
             self.remove_container(container_id)
-        if uid is not None and uid in self.state.pods:
+        if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
             self.state = self.engine.remove_pod(self.state, uid)
             del self._pods[uid]
 
     def synchronize(
-        self, sandboxes: Iterable[Sandbox], containers: Iterable[tuple[str, str, str, CPUSet | None]]
+        self, sandboxes: Iterable[Sandbox], containers: Iterable[Observed | tuple[object, ...]]
     ) -> tuple[dict[str, Settings], list[tuple[str, str]]]:
-        """Rebuild from everything the runtime runs: (container id, sandbox id, name, current cpus).
+        """Reconcile with everything the runtime runs (`Observed` rows; plain tuples in the same order).
 
-        Pods are re-admitted in the order their containers are given; a pod the engine now refuses is left
-        in the node shared pool and reported once in the second result as (sandbox id, reason). Returns the
-        settings of every container whose current cpuset differs from what it should be. Containers of
-        sandboxes not given are ignored.
+        Pods of sandboxes no longer given are released; admitted pods keep their allocations; the others
+        are admitted in the order their containers are given. A pod the engine refuses now is left in the
+        node shared pool and reported once in the second result as (sandbox id, reason). Returns the
+        settings of every container whose cpuset, memory nodes or quota differ from what they should be.
+        Containers of sandboxes not given are ignored.
         """
-        self.state = self.engine.initial_state()
-        self._containers.clear()
-        self._sandbox_pods.clear()
-        self._pods.clear()
         by_id = {s.id: s for s in sandboxes}
+        for sandbox_id in [sid for sid in self._sandbox_pods if sid not in by_id]:
+            self.remove_sandbox(sandbox_id)
+        self._containers.clear()
         refused: dict[str, str] = {}
-        current: dict[str, CPUSet | None] = {}
-        for container_id, sandbox_id, name, cpus in containers:
-            sandbox = by_id.get(sandbox_id)
+        observed: dict[str, Observed] = {}
+        for row in containers:
+            seen = row if isinstance(row, Observed) else Observed(*row)  # type: ignore[arg-type]
+            sandbox = by_id.get(seen.sandbox_id)
             if sandbox is None:
                 continue
             try:
-                uid = self._admit(sandbox, name)
+                self._admit(sandbox, seen.name, None)
             except (InputError, AdmissionError) as err:
-                refused.setdefault(sandbox_id, str(err))
-                uid = ""
-            self._containers[container_id] = _Tracked(sandbox_id, uid, name)
-            current[container_id] = cpus
+                refused.setdefault(seen.sandbox_id, str(err))
+            self._containers[seen.container_id] = _Tracked(seen.sandbox_id, seen.name)
+            observed[seen.container_id] = seen
         # Settings are computed once, after every pod is back: per container they would cost quadratic time.
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
         self._flushed_pool = shared.cpus
-        updates = {cid: s for cid, s in self.applied.items() if current[cid] != s.cpus}
+        updates = {cid: s for cid, s in self.applied.items() if _differs(observed[cid], s)}
         return updates, list(refused.items())
 
     # -- views ---------------------------------------------------------------------------------------------
@@ -198,7 +264,8 @@ class Placement:
         return changed
 
     def _settings(self, tracked: _Tracked, shared: Settings) -> Settings:
-        pod = self._pods.get(tracked.pod_uid)
+        uid = self._sandbox_pods.get(tracked.sandbox_id)
+        pod = self._pods.get(uid) if uid is not None else None
         settings = pod.get(tracked.name) if pod is not None else None
         if settings is None:
             return shared
@@ -218,3 +285,10 @@ class Placement:
 
     def container_ids(self) -> list[str]:
         return list(self._containers)
+
+
+def _differs(seen: Observed, settings: Settings) -> bool:
+    """Whether the runtime's view of a container is off what it should hold (an unset quota it may keep)."""
+    if seen.cpus != settings.cpus or (seen.mems is not None and seen.mems != settings.mems):
+        return True
+    return settings.cpu_quota_us is not None and seen.cpu_quota_us != settings.cpu_quota_us

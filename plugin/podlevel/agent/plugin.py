@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from podlevel.agent.placement import Placement, Sandbox, Settings
+from podlevel.agent.placement import Observed, Placement, RuntimeResources, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import UNLIMITED_QUOTA
@@ -21,8 +21,32 @@ from podlevel.ttrpc.transport import RpcError
 log = logging.getLogger("podlevel.agent")
 
 
+def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
+    return RuntimeResources(
+        cpu_shares=resources.cpu.shares.value,
+        cpu_quota=max(0, resources.cpu.quota.value),
+        cpu_period=resources.cpu.period.value,
+        memory_limit=max(0, resources.memory.limit.value),
+    )
+
+
 def sandbox_of(pod: api.PodSandbox) -> Sandbox:
-    return Sandbox(pod.id, pod.uid, pod.name, pod.namespace, dict(pod.annotations))
+    return Sandbox(
+        pod.id, pod.uid, pod.name, pod.namespace, dict(pod.annotations),
+        runtime_resources(pod.linux.pod_resources),
+    )
+
+
+def observed_of(container: api.Container) -> Observed:
+    cpu = container.linux.resources.cpu
+    return Observed(
+        container.id,
+        container.pod_sandbox_id,
+        container.name,
+        _cpus(cpu.cpus, container.id),
+        tuple(_cpus(cpu.mems, container.id) or ()) or None,
+        cpu.quota.value if cpu.HasField("quota") else None,
+    )
 
 
 def linux_cpu(settings: Settings) -> api.LinuxCPU:
@@ -41,8 +65,13 @@ def container_update(container_id: str, cpu: api.LinuxCPU) -> api.ContainerUpdat
     return update
 
 
-def _cpus(text: str) -> CPUSet | None:
-    return CPUSet.parse(text) if text else None
+def _cpus(text: str, container_id: str) -> CPUSet | None:
+    """A cpuset or memory-node list the runtime reports; an unreadable one counts as unknown."""
+    try:
+        return CPUSet.parse(text) if text else None
+    except InputError as err:
+        log.warning("container %s: ignoring the runtime's cpuset: %s", container_id[:12], err)
+        return None
 
 
 def by_settings(changed: Mapping[str, Settings]) -> dict[Settings, list[str]]:
@@ -84,11 +113,7 @@ class PodLevelPlugin(Handler):
         self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
     ) -> list[api.ContainerUpdate]:
         live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
-        current = [
-            (c.id, c.pod_sandbox_id, c.name, _cpus(c.linux.resources.cpu.cpus))
-            for c in containers
-            if c.state in live
-        ]
+        current = [observed_of(c) for c in containers if c.state in live]
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
         for sandbox_id, reason in refused:
             log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason)
@@ -97,7 +122,9 @@ class PodLevelPlugin(Handler):
 
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         try:
-            settings, changed = self.placement.create(sandbox_of(pod), container.id, container.name)
+            settings, changed = self.placement.create(
+                sandbox_of(pod), container.id, container.name, runtime_resources(container.linux.resources)
+            )
         except AdmissionError as err:
             log.warning("refused %s/%s container %s: %s", pod.namespace, pod.name, container.name, err)
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
