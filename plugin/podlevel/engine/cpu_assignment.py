@@ -46,16 +46,6 @@ def _bits(mask: int) -> Iterator[int]:
         mask ^= low
 
 
-def _lowest(mask: int, count: int) -> int:
-    """The `count` lowest set bits of `mask`."""
-    taken = 0
-    for _ in range(count):
-        low = mask & -mask
-        taken |= low
-        mask ^= low
-    return taken
-
-
 def _masks(groups: Mapping[int, CPUSet]) -> Mapping[int, int]:
     return MappingProxyType({key: cpus.mask for key, cpus in groups.items()})
 

@@ -111,18 +111,6 @@ class Topology:
     def numa_node_ids(self) -> tuple[int, ...]:
         return tuple(n.id for n in self.numa_nodes)
 
-    def cpus_in_numa_nodes(self, nodes: Iterable[int]) -> CPUSet:
-        mask = 0
-        for node in nodes:
-            mask |= self.cpus_by_numa[node].mask
-        return CPUSet.from_mask(mask)
-
-    def cpus_in_sockets(self, sockets: Iterable[int]) -> CPUSet:
-        mask = 0
-        for socket in sockets:
-            mask |= self.cpus_by_socket[socket].mask
-        return CPUSet.from_mask(mask)
-
     def core_siblings(self, cpus: CPUSet) -> CPUSet:
         """`cpus` plus every SMT sibling of each of them."""
         mask = 0
