@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
 from podlevel.nri import CreateResult, Handler, api, subscribed_events
-from podlevel.nri.handler import EVENT_METHODS
+from podlevel.nri.handler import EVENT_ROUTES
 from podlevel.nri.runtime import EVENTS_FROM_V0_10, Event
 
 
@@ -35,10 +37,34 @@ def test_configure_and_synchronize_are_not_events() -> None:
 
 
 def test_every_event_has_a_method() -> None:
-    assert set(EVENT_METHODS) == set(Event)
-    assert all(hasattr(Handler, method.__name__) for method in EVENT_METHODS.values())
+    assert set(EVENT_ROUTES) == set(Event)
+    methods = [route.method for route in EVENT_ROUTES.values()]
+    assert all(getattr(Handler, method.__name__) is method for method in methods)
 
-    everything = type(
-        "Everything", (Handler,), {m.__name__: (lambda self, *a: None) for m in EVENT_METHODS.values()}
-    )
+    everything = type("Everything", (Handler,), {m.__name__: (lambda self, *a: None) for m in methods})
     assert subscribed_events(everything()) == EVENTS_FROM_V0_10
+
+
+def test_every_route_names_a_plugin_rpc_with_its_request_type() -> None:
+    plugin = api.DESCRIPTOR.services_by_name["Plugin"]
+    for event, route in EVENT_ROUTES.items():
+        rpc = plugin.methods_by_name.get(route.rpc)
+        assert rpc is not None, (event, route.rpc)
+        assert rpc.input_type is route.request.DESCRIPTOR, (event, route.rpc)
+
+
+ANSWERED = {
+    Event.CREATE_CONTAINER,
+    Event.UPDATE_CONTAINER,
+    Event.STOP_CONTAINER,
+    Event.UPDATE_POD_SANDBOX,
+    Event.VALIDATE_CONTAINER_ADJUSTMENT,
+}
+
+
+def test_notification_methods_take_what_the_request_carries() -> None:
+    """The stub calls a notification's method with (pod, container) or (pod), as the request type says."""
+    for event in set(Event) - ANSWERED:
+        route = EVENT_ROUTES[event]
+        expected = ["self", "pod", "container"] if route.about_container else ["self", "pod"]
+        assert list(inspect.signature(route.method).parameters) == expected, event

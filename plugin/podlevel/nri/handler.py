@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias, TypeVar
 
+from google.protobuf.message import Message
+
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.runtime import Event, RuntimeInfo, mask_of
 
@@ -103,26 +105,67 @@ class Handler:
         """NRI >= v0.10.0 only: return a reason to reject the merged adjustments, None to accept them."""
 
 
-# The handler method serving each event; the stub subscribes to an event when its method is overridden.
-EVENT_METHODS: Final[Mapping[Event, Callable[..., object]]] = {
-    Event.RUN_POD_SANDBOX: Handler.run_pod_sandbox,
-    Event.STOP_POD_SANDBOX: Handler.stop_pod_sandbox,
-    Event.REMOVE_POD_SANDBOX: Handler.remove_pod_sandbox,
-    Event.CREATE_CONTAINER: Handler.create_container,
-    Event.POST_CREATE_CONTAINER: Handler.post_create_container,
-    Event.START_CONTAINER: Handler.start_container,
-    Event.POST_START_CONTAINER: Handler.post_start_container,
-    Event.UPDATE_CONTAINER: Handler.update_container,
-    Event.POST_UPDATE_CONTAINER: Handler.post_update_container,
-    Event.STOP_CONTAINER: Handler.stop_container,
-    Event.REMOVE_CONTAINER: Handler.remove_container,
-    Event.UPDATE_POD_SANDBOX: Handler.update_pod_sandbox,
-    Event.POST_UPDATE_POD_SANDBOX: Handler.post_update_pod_sandbox,
-    Event.VALIDATE_CONTAINER_ADJUSTMENT: Handler.validate_container_adjustment,
+@dataclass(frozen=True, slots=True)
+class EventRoute:
+    """How one event reaches a handler: the method serving it, and its dedicated RPC (NRI >= v0.12.0)."""
+
+    method: Callable[..., object]
+    rpc: str
+    request: type[Message]
+
+    @property
+    def about_container(self) -> bool:
+        """The event names a container, so its method takes (pod, container); otherwise (pod) alone."""
+        return "container" in self.request.DESCRIPTOR.fields_by_name
+
+
+# The one table of events: the stub subscribes to an event when its method is overridden, and serves its
+# RPC (and StateChange, for events that are notifications) with that method.
+EVENT_ROUTES: Final[Mapping[Event, EventRoute]] = {
+    Event.RUN_POD_SANDBOX: EventRoute(Handler.run_pod_sandbox, "RunPodSandbox", api.RunPodSandboxRequest),
+    Event.STOP_POD_SANDBOX: EventRoute(Handler.stop_pod_sandbox, "StopPodSandbox", api.StopPodSandboxRequest),
+    Event.REMOVE_POD_SANDBOX: EventRoute(
+        Handler.remove_pod_sandbox, "RemovePodSandbox", api.RemovePodSandboxRequest
+    ),
+    Event.CREATE_CONTAINER: EventRoute(
+        Handler.create_container, "CreateContainer", api.CreateContainerRequest
+    ),
+    Event.POST_CREATE_CONTAINER: EventRoute(
+        Handler.post_create_container, "PostCreateContainer", api.PostCreateContainerRequest
+    ),
+    Event.START_CONTAINER: EventRoute(Handler.start_container, "StartContainer", api.StartContainerRequest),
+    Event.POST_START_CONTAINER: EventRoute(
+        Handler.post_start_container, "PostStartContainer", api.PostStartContainerRequest
+    ),
+    Event.UPDATE_CONTAINER: EventRoute(
+        Handler.update_container, "UpdateContainer", api.UpdateContainerRequest
+    ),
+    Event.POST_UPDATE_CONTAINER: EventRoute(
+        Handler.post_update_container, "PostUpdateContainer", api.PostUpdateContainerRequest
+    ),
+    Event.STOP_CONTAINER: EventRoute(Handler.stop_container, "StopContainer", api.StopContainerRequest),
+    Event.REMOVE_CONTAINER: EventRoute(
+        Handler.remove_container, "RemoveContainer", api.RemoveContainerRequest
+    ),
+    Event.UPDATE_POD_SANDBOX: EventRoute(
+        Handler.update_pod_sandbox, "UpdatePodSandbox", api.UpdatePodSandboxRequest
+    ),
+    Event.POST_UPDATE_POD_SANDBOX: EventRoute(
+        Handler.post_update_pod_sandbox, "PostUpdatePodSandbox", api.PostUpdatePodSandboxRequest
+    ),
+    Event.VALIDATE_CONTAINER_ADJUSTMENT: EventRoute(
+        Handler.validate_container_adjustment,
+        "ValidateContainerAdjustment",
+        api.ValidateContainerAdjustmentRequest,
+    ),
 }
 
 
 def subscribed_events(handler: Handler) -> int:
     """The subscription mask of `handler`: the bits of the events whose methods its class overrides."""
     cls = type(handler)
-    return mask_of(event for event, base in EVENT_METHODS.items() if getattr(cls, base.__name__) is not base)
+    return mask_of(
+        event
+        for event, route in EVENT_ROUTES.items()
+        if getattr(cls, route.method.__name__) is not route.method
+    )

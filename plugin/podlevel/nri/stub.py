@@ -29,12 +29,13 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from google.protobuf.message import DecodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.handler import (
+    EVENT_ROUTES,
     CreateResult,
     Handler,
     MaybeAwaitable,
@@ -115,32 +116,9 @@ class _Session:
     synchronized: bool = False
 
 
-# Events with no answer but "done", by the handler method that serves them (pod or pod + container).
-_Notify = Callable[[Handler, api.PodSandbox, api.Container], MaybeAwaitable[None]]
-_NOTIFICATIONS: Final[Mapping[Event, _Notify]] = {
-    Event.RUN_POD_SANDBOX: lambda h, pod, _c: h.run_pod_sandbox(pod),
-    Event.STOP_POD_SANDBOX: lambda h, pod, _c: h.stop_pod_sandbox(pod),
-    Event.REMOVE_POD_SANDBOX: lambda h, pod, _c: h.remove_pod_sandbox(pod),
-    Event.POST_UPDATE_POD_SANDBOX: lambda h, pod, _c: h.post_update_pod_sandbox(pod),
-    Event.POST_CREATE_CONTAINER: lambda h, pod, c: h.post_create_container(pod, c),
-    Event.START_CONTAINER: lambda h, pod, c: h.start_container(pod, c),
-    Event.POST_START_CONTAINER: lambda h, pod, c: h.post_start_container(pod, c),
-    Event.POST_UPDATE_CONTAINER: lambda h, pod, c: h.post_update_container(pod, c),
-    Event.REMOVE_CONTAINER: lambda h, pod, c: h.remove_container(pod, c),
-}
-
-# The dedicated RPC (NRI >= v0.12.0) of each notification, and its request message.
-_NOTIFICATION_RPCS: Final[Mapping[str, tuple[Event, type[Message]]]] = {
-    "RunPodSandbox": (Event.RUN_POD_SANDBOX, api.RunPodSandboxRequest),
-    "StopPodSandbox": (Event.STOP_POD_SANDBOX, api.StopPodSandboxRequest),
-    "RemovePodSandbox": (Event.REMOVE_POD_SANDBOX, api.RemovePodSandboxRequest),
-    "PostUpdatePodSandbox": (Event.POST_UPDATE_POD_SANDBOX, api.PostUpdatePodSandboxRequest),
-    "PostCreateContainer": (Event.POST_CREATE_CONTAINER, api.PostCreateContainerRequest),
-    "StartContainer": (Event.START_CONTAINER, api.StartContainerRequest),
-    "PostStartContainer": (Event.POST_START_CONTAINER, api.PostStartContainerRequest),
-    "PostUpdateContainer": (Event.POST_UPDATE_CONTAINER, api.PostUpdateContainerRequest),
-    "RemoveContainer": (Event.REMOVE_CONTAINER, api.RemoveContainerRequest),
-}
+# Serves one event whose reply carries the handler's answer; takes the event's request message (its type is
+# the event route's `request`).
+_Answer = Callable[[Any], Awaitable[Message]]
 
 
 class Stub:
@@ -183,6 +161,14 @@ class Stub:
         self._loop_thread: int | None = None
         self._stopping: asyncio.Event | None = None
         self._handler_lock: asyncio.Lock | None = None
+        # Every other event is a notification, answered with an empty reply once its handler returns.
+        self._answers: Mapping[Event, _Answer] = {
+            Event.CREATE_CONTAINER: self._create_container,
+            Event.UPDATE_CONTAINER: self._update_container,
+            Event.STOP_CONTAINER: self._stop_container,
+            Event.UPDATE_POD_SANDBOX: self._update_pod_sandbox,
+            Event.VALIDATE_CONTAINER_ADJUSTMENT: self._validate_container_adjustment,
+        }
 
     @classmethod
     def from_environment(
@@ -365,14 +351,9 @@ class Stub:
             "Synchronize": self._synchronize,
             "Shutdown": self._shutdown,
             "StateChange": self._state_change,
-            "CreateContainer": self._create_container,
-            "UpdateContainer": self._update_container,
-            "StopContainer": self._stop_container,
-            "UpdatePodSandbox": self._update_pod_sandbox,
-            "ValidateContainerAdjustment": self._validate_container_adjustment,
         }
-        for method, (event, request_type) in _NOTIFICATION_RPCS.items():
-            handlers[method] = self._notification_rpc(event, request_type)
+        for event, route in EVENT_ROUTES.items():
+            handlers[route.rpc] = self._event_rpc(event, route.request)
         return {(PLUGIN_SERVICE, method): serve(method, fn) for method, fn in handlers.items()}
 
     async def _invoke(self, method: str, call: Callable[[], MaybeAwaitable[T]]) -> T:
@@ -462,10 +443,13 @@ class Stub:
         return api.Empty()
 
     async def _notify(self, event: Event, pod: api.PodSandbox, container: api.Container) -> None:
-        notify = _NOTIFICATIONS.get(event)
-        if notify is None:
+        if event in self._answers:
             raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} cannot arrive as a notification")
-        await self._invoke(event.name.lower(), lambda: notify(self.handler, pod, container))
+        route = EVENT_ROUTES[event]
+        name = route.method.__name__
+        method = getattr(self.handler, name)
+        args = (pod, container) if route.about_container else (pod,)
+        await self._invoke(name, lambda: method(*args))
 
     async def _state_change(self, session: _Session, payload: bytes) -> Message:
         request = _decode(api.StateChangeEvent, payload)
@@ -476,20 +460,23 @@ class Stub:
         await self._notify(event, request.pod, request.container)
         return api.Empty()
 
-    def _notification_rpc(
+    def _event_rpc(
         self, event: Event, request_type: type[Message]
     ) -> Callable[[_Session, bytes], Awaitable[Message]]:
+        """The dedicated RPC of `event`: its answer, or for a notification an empty reply."""
+        answer = self._answers.get(event)
+
         async def handle(session: _Session, payload: bytes) -> Message:
             request = _decode(request_type, payload)
+            if answer is not None:
+                return await answer(request)
             pod = getattr(request, "pod", api.PodSandbox())
-            container = getattr(request, "container", api.Container())
-            await self._notify(event, pod, container)
+            await self._notify(event, pod, getattr(request, "container", api.Container()))
             return api.Empty()
 
         return handle
 
-    async def _create_container(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.CreateContainerRequest, payload)
+    async def _create_container(self, request: api.CreateContainerRequest) -> Message:
         result = await self._invoke(
             "create_container", lambda: self.handler.create_container(request.pod, request.container)
         )
@@ -498,8 +485,7 @@ class Stub:
             adjust=result.adjust, update=result.updates, evict=result.evictions
         )
 
-    async def _update_container(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.UpdateContainerRequest, payload)
+    async def _update_container(self, request: api.UpdateContainerRequest) -> Message:
         result = await self._invoke(
             "update_container",
             lambda: self.handler.update_container(request.pod, request.container, request.linux_resources),
@@ -507,15 +493,13 @@ class Stub:
         result = result or UpdateResult()
         return api.UpdateContainerResponse(update=result.updates, evict=result.evictions)
 
-    async def _stop_container(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.StopContainerRequest, payload)
+    async def _stop_container(self, request: api.StopContainerRequest) -> Message:
         updates = await self._invoke(
             "stop_container", lambda: self.handler.stop_container(request.pod, request.container)
         )
         return api.StopContainerResponse(update=updates or ())
 
-    async def _update_pod_sandbox(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.UpdatePodSandboxRequest, payload)
+    async def _update_pod_sandbox(self, request: api.UpdatePodSandboxRequest) -> Message:
         await self._invoke(
             "update_pod_sandbox",
             lambda: self.handler.update_pod_sandbox(
@@ -524,8 +508,9 @@ class Stub:
         )
         return api.Empty()
 
-    async def _validate_container_adjustment(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.ValidateContainerAdjustmentRequest, payload)
+    async def _validate_container_adjustment(
+        self, request: api.ValidateContainerAdjustmentRequest
+    ) -> Message:
         reason = await self._invoke(
             "validate_container_adjustment", lambda: self.handler.validate_container_adjustment(request)
         )
