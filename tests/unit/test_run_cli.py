@@ -1,8 +1,7 @@
-"""`nri-podlevel run` settings: flags, environment and config file, and bad configuration."""
+"""`nri-podlevel run` settings: defaults < config file < environment < command line, and bad configuration."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -11,39 +10,75 @@ import pytest
 import yaml
 
 from podlevel.cli.main import build_parser
-from podlevel.cli.run import apply_config_file
+from podlevel.cli.run import resolve
 from podlevel.engine.errors import InputError
 
 DAEMONSET = Path(__file__).parents[2] / "deploy" / "daemonset.yaml"
 
 
-def _parse(argv: list[str], environ: dict[str, str] | None = None,
-           monkeypatch: pytest.MonkeyPatch | None = None) -> argparse.Namespace:
-    if monkeypatch is not None:
-        for key, value in (environ or {}).items():
-            monkeypatch.setenv(key, value)
-    args = build_parser().parse_args(["run", *argv])
-    apply_config_file(args, args.defaults, environ or {})
-    return args
-
-
 def test_daemonset_args_are_run_settings() -> None:
     container = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]["containers"][0]
-    args = build_parser().parse_args(container["args"])
-    assert args.handler.__module__ == "podlevel.cli.run"
-    assert args.sysfs_root == "/host/sys"
+    assert build_parser().parse_args(container["args"]).handler.__module__ == "podlevel.cli.run"
+    assert resolve(container["args"][1:], {}).sysfs_root == "/host/sys"
 
 
-def test_precedence_flag_then_environment_then_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_command_line_then_environment_then_file(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("policy: restricted\nscope: container\nplugin-index: '30'\nreserved-cpus: 0-1\n")
+    config.write_text(
+        "policy: restricted\nscope: container\nplugin-index: '30'\nreserved-cpus: 0-1\nlog-level: debug\n"
+        "nri-socket: /file.sock\n"
+    )
     env = {"NRI_PODLEVEL_SCOPE": "pod", "NRI_PODLEVEL_PLUGIN_INDEX": "20"}
-    args = _parse(["--config", str(config), "--plugin-index", "40"], env, monkeypatch)
+    argv = ["--config", str(config), "--plugin-index", "40", "--nri-socket", "/var/run/nri/nri.sock"]
+    args = resolve(argv, env)
     assert args.plugin_index == "40"  # the command line wins
+    assert args.nri_socket == "/var/run/nri/nri.sock", "a flag given with the default value still wins"
     assert args.scope == "pod"  # then the environment
     assert args.policy == "restricted"  # then the file
     assert args.reserved_cpus == "0-1"
-    assert args.nri_socket == "/var/run/nri/nri.sock"  # then the default
+    assert args.log_level == "debug"
+    assert args.plugin_name == "podlevel"  # then the default
+
+
+def test_config_file_named_by_the_environment(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("policy: best-effort\n")
+    assert resolve([], {"NRI_PODLEVEL_CONFIG": str(config)}).policy == "best-effort"
+
+
+def test_repeatable_reserved_memory_from_every_source(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("reserved-memory: ['0:memory=1Gi', '1:memory=512Mi']\n")
+    assert resolve(["--config", str(config)], {}).reserved_memory == ["0:memory=1Gi", "1:memory=512Mi"]
+    env = {"NRI_PODLEVEL_RESERVED_MEMORY": "0:memory=2Gi;1:memory=1Gi,hugepages-2Mi=0"}
+    assert resolve([], env).reserved_memory == ["0:memory=2Gi", "1:memory=1Gi,hugepages-2Mi=0"]
+    both = resolve(["--reserved-memory", "0:memory=300Mi"], env)
+    assert both.reserved_memory == ["0:memory=300Mi"], "the command line replaces, not extends"
+
+
+@pytest.mark.parametrize(
+    ("source", "value", "origin"),
+    [
+        ("env", "Pod", "environment NRI_PODLEVEL_SCOPE"),
+        ("file", "Pod", "config file"),
+    ],
+    ids=["environment", "file"],
+)
+def test_bad_values_are_checked_like_flags_and_name_their_source(
+    tmp_path: Path, source: str, value: str, origin: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"scope: {value}\n" if source == "file" else "{}\n")
+    env = {"NRI_PODLEVEL_SCOPE": value} if source == "env" else {}
+    with pytest.raises(InputError) as err:
+        resolve(["--config", str(config)], env)
+    assert "--scope" in err.value.message and "invalid choice: 'Pod'" in err.value.message
+    assert origin in err.value.message
+
+
+def test_policy_names_are_case_checked() -> None:
+    with pytest.raises(InputError, match="invalid choice: 'Static'"):
+        resolve([], {"NRI_PODLEVEL_CPU_POLICY": "Static"})
 
 
 @pytest.mark.parametrize(
@@ -56,25 +91,30 @@ def test_bad_config_file_names_the_problem(tmp_path: Path, text: str, rule: str)
     config = tmp_path / "config.yaml"
     config.write_text(text)
     with pytest.raises(InputError, match=rule):
-        _parse(["--config", str(config)])
+        resolve(["--config", str(config)], {})
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "env", "message"),
     [
-        (["--reserved-cpus", "1-0"], "not ascending"),
-        (["--plugin-index", "7"], "two digits"),
-        (["--sysfs-root", "/nonexistent-sysfs"], "/nonexistent-sysfs"),
-        (["--cpu-options", "no-such-option=true"], "no-such-option"),
+        (["--reserved-cpus", "1-0"], {}, "not ascending"),
+        (["--plugin-index", "7"], {}, "two digits"),
+        (["--sysfs-root", "/nonexistent-sysfs"], {}, "/nonexistent-sysfs"),
+        (["--cpu-options", "no-such-option=true"], {}, "no-such-option"),
+        ([], {"NRI_PODLEVEL_POLICY": "sometimes"}, "NRI_PODLEVEL_POLICY"),
+        ([], {"NRI_PODLEVEL_RESERVED_MEMORY": "9:memory=1Gi"}, "NUMA node id"),
     ],
-    ids=["reserved-cpus", "plugin-index", "sysfs-root", "cpu-option"],
+    ids=["reserved-cpus", "plugin-index", "sysfs-root", "cpu-option", "env-policy", "env-reserved-memory"],
 )
-def test_bad_configuration_exits_2_before_connecting(argv: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_configuration_exits_2_before_connecting(
+    argv: list[str], env: dict[str, str], message: str, tmp_path: Path
+) -> None:
     socket = str(tmp_path / "absent.sock")
     result = subprocess.run(
         [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", socket, *argv],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True, text=True, timeout=30, check=False, env={"PATH": "/usr/bin:/bin", **env},
     )
     assert result.returncode == 2, result.stderr
     assert "bad configuration" in result.stderr
     assert message in result.stderr
+    assert "Traceback" not in result.stderr

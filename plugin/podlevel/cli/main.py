@@ -28,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
+    # The command's own arguments, for commands that merge them with other sources (`run`).
+    args.argv = arguments[arguments.index(args.command) + 1 :]
     status: int = args.handler(args)
     return status
 

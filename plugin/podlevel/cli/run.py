@@ -2,8 +2,8 @@
 
 Every setting comes from, in falling precedence: the command line, the environment
 (`NRI_PODLEVEL_<FLAG>`, e.g. `NRI_PODLEVEL_NRI_SOCKET`, `NRI_PODLEVEL_POLICY`), the YAML file given with
-`--config` (keys are the flag names: `nri-socket: /run/nri/nri.sock`), then the defaults. A setting
-the file gives is taken unless the command line gave a different value or the environment set it. When
+`--config` (keys are the flag names: `nri-socket: /run/nri/nri.sock`; a list for a repeatable flag), then
+the defaults. A repeatable flag (`--reserved-memory`) takes `;`-separated items from the environment. When
 the runtime launched the plugin (`NRI_PLUGIN_SOCKET` set), name and index come from the runtime as NRI
 requires. Bad configuration exits with status 2 and a message naming the setting.
 """
@@ -11,12 +11,13 @@ requires. Bad configuration exits with status 2 and a message naming the setting
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import yaml
 
@@ -33,9 +34,7 @@ DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser("run", help="run the NRI plugin daemon", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML file with settings (flag names as keys)")
     parser.add_argument("--nri-socket", default=DEFAULT_SOCKET_PATH, help="runtime NRI socket (%(default)s)")
     parser.add_argument("--plugin-name", default=DEFAULT_NAME, help="NRI plugin name (%(default)s)")
@@ -43,45 +42,95 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs to read the machine topology from")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_arguments(parser)
-    _env_defaults(parser, os.environ)
-    parser.set_defaults(handler=run, defaults={a.dest: a.default for a in parser._actions})
 
 
-def _env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
-    """Environment values become the defaults, so a flag on the command line still wins."""
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="run the NRI plugin daemon", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+class _SettingsParser(argparse.ArgumentParser):
+    """The run parser for merged settings: errors become InputError instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError("settings", message)
+
+
+def _settings_parser(*, suppress_defaults: bool = False) -> _SettingsParser:
+    parser = _SettingsParser(prog="nri-podlevel run", add_help=False)
+    add_arguments(parser)
+    if suppress_defaults:
+        for action in parser._actions:
+            action.default = argparse.SUPPRESS
+    return parser
+
+
+def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespace:
+    """Settings from defaults < `--config` file < `NRI_PODLEVEL_*` environment < command line.
+
+    Every value, whatever its source, goes through the same parser, so types, choices and repeatable
+    flags behave alike; an error names the setting and where its value came from.
+    """
+    given = vars(_settings_parser(suppress_defaults=True).parse_args(argv))
+    parser = _settings_parser()
+    config = given.get("config") or environ.get(ENV_PREFIX + "CONFIG")
+    from_file = _read_config(config, parser) if config else {}
+    tokens: list[str] = []
+    sources: dict[str, str] = {}
     for action in parser._actions:
-        value = environ.get(ENV_PREFIX + action.dest.upper())
-        if value is not None and action.dest not in ("help", "handler"):
-            parser.set_defaults(**{action.dest: value})
-
-
-def apply_config_file(
-    args: argparse.Namespace, defaults: Mapping[str, Any], environ: Mapping[str, str]
-) -> None:
-    """Settings from `--config` for everything neither the command line nor the environment set."""
-    if not args.config:
-        return
+        if not action.option_strings or action.dest in given or action.dest == "config":
+            continue
+        flag = action.option_strings[-1]
+        env_name = ENV_PREFIX + action.dest.upper()
+        if env_name in environ:
+            repeatable = isinstance(action, argparse._AppendAction)
+            values: list[str] = environ[env_name].split(";") if repeatable else [environ[env_name]]
+            sources[flag] = f"environment {env_name}"
+        elif action.dest in from_file:
+            value = from_file[action.dest]
+            values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+            sources[flag] = f"config file {config}"
+        else:
+            continue
+        for value_text in values:
+            tokens += [flag, value_text]
     try:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        return parser.parse_args([*tokens, *argv])
+    except InputError as err:
+        origin = [f"{flag} from the {source}" for flag, source in sources.items() if flag in err.message]
+        raise InputError("settings", err.message + (f" ({'; '.join(origin)})" if origin else "")) from None
+
+
+def _read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as err:
-        raise InputError("--config", f"cannot read {args.config}: {err}") from None
+        raise InputError("--config", f"cannot read {path}: {err}") from None
     if not isinstance(loaded, dict):
-        raise InputError("--config", f"{args.config} must hold a mapping of setting: value")
+        raise InputError("--config", f"{path} must hold a mapping of setting: value")
+    known = {a.dest for a in parser._actions if a.option_strings} - {"help", "config"}
+    values: dict[str, Any] = {}
     for key, value in loaded.items():
         dest = str(key).replace("-", "_")
-        if dest not in defaults or dest in ("config", "handler"):
-            raise InputError("--config", f"{args.config}: unknown setting {key!r}")
-        if getattr(args, dest) == defaults[dest] and ENV_PREFIX + dest.upper() not in environ:
-            setattr(args, dest, ",".join(map(str, value)) if isinstance(value, list) else str(value))
+        if dest not in known:
+            raise InputError("--config", f"{path}: unknown setting {key!r}")
+        values[dest] = value
+    return values
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        args = resolve(args.argv, os.environ)
+    except InputError as err:
+        print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        apply_config_file(args, args.defaults, os.environ)
         topology = read_topology(args.sysfs_root)
         engine = Engine(topology, engine_config(args, topology))
         handler = PodLevelPlugin(Placement(engine))
@@ -89,15 +138,13 @@ def run(args: argparse.Namespace) -> int:
             stub = Stub.from_environment(handler)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
-    except (InputError, InvalidIdentity, OSError) as err:
+    except (InputError, InvalidIdentity, OSError, ValueError) as err:
         print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
         return 2
     logging.getLogger("podlevel.agent").info(
         "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
         engine.config.topology_policy.value, engine.reserved_cpus or "none",
     )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stub.run()
-    except KeyboardInterrupt:
-        return 0
     return 0
