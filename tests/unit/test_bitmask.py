@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from podlevel.engine.bitmask import (
-    count,
     format_nodes,
-    is_narrower_than,
     iterate_masks,
     mask_of,
     narrowness,
@@ -73,14 +69,6 @@ def test_and_of_masks_is_int_and(masks: list[list[int]], expected: list[int]) ->
 
 
 @pytest.mark.parametrize(
-    ("nodes", "expected"),
-    [pytest.param([], 0, id="mask 00"), pytest.param([0], 1, id="mask 01"), pytest.param([0, 1], 2, id="11")],
-)
-def test_count(nodes: list[int], expected: int) -> None:
-    assert count(mask_of(nodes)) == expected
-
-
-@pytest.mark.parametrize(
     ("first", "second", "narrower"),
     [
         pytest.param([0], [0, 1], True, id="unequal bits set 1/2"),
@@ -92,8 +80,8 @@ def test_count(nodes: list[int], expected: int) -> None:
         pytest.param([0, 1], [0, 1], False, id="a mask is not narrower than itself"),
     ],
 )
-def test_is_narrower_than(first: list[int], second: list[int], narrower: bool) -> None:
-    assert is_narrower_than(mask_of(first), mask_of(second)) is narrower
+def test_narrowness_orders_as_is_narrower_than(first: list[int], second: list[int], narrower: bool) -> None:
+    assert (narrowness(mask_of(first)) < narrowness(mask_of(second))) is narrower
 
 
 @pytest.mark.parametrize("bits", [1, 2, 4, 8, 16], ids=lambda b: f"{b} bits")
@@ -118,13 +106,6 @@ def test_iterate_masks_follows_the_given_node_order() -> None:
 
 def test_iterate_masks_of_no_nodes_is_empty() -> None:
     assert list(iterate_masks([])) == []
-
-
-@given(st.lists(st.integers(0, 2**12 - 1), min_size=2, max_size=20))
-def test_narrowness_sorts_like_is_narrower_than(masks: list[int]) -> None:
-    ordered = sorted(masks, key=narrowness)
-    for a, b in pairwise(ordered):
-        assert not is_narrower_than(b, a)
 
 
 @given(st.integers(0, 2**64 - 1))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podlevel.engine.bitmask import mask_of
+from podlevel.engine.bitmask import mask_of, narrowness
 from podlevel.engine.errors import InputError
 from podlevel.engine.topology import CPUInfo, NUMANode, Topology
 from podlevel.engine.topology_manager import (
@@ -25,7 +25,6 @@ from podlevel.engine.topology_manager import (
     best_non_preferred_count,
     closest_key,
     filter_provider_hints,
-    narrowest_key,
     reachable_ands_walk,
     single_numa_hints,
 )
@@ -550,7 +549,7 @@ def test_non_preferred_compare_cases(
 ) -> None:
     """TestCompareHintsNarrowest's non-preferred cases: the walk's winner of two candidates, either order."""
     expected = mask_of(current if winner == "current" else candidate)
-    assert best_non_preferred({mask_of(current), mask_of(candidate)}, target, narrowest_key) == expected
+    assert best_non_preferred({mask_of(current), mask_of(candidate)}, target, narrowness) == expected
 
 
 @pytest.mark.parametrize(
@@ -665,11 +664,11 @@ def kubelet_policy(
     lists = filter_provider_hints(providers)
     nodes = topology.numa_node_ids
     if tm.policy is SINGLE:
-        best = kubelet_walk(single_numa_hints(lists), nodes, narrowest_key)
+        best = kubelet_walk(single_numa_hints(lists), nodes, narrowness)
         if best.affinity == mask_of(nodes):
             best = TopologyHint(None, best.preferred)
         return best, best.preferred
-    fitness = closest_key(topology, nodes) if tm.options.prefer_closest_numa_nodes else narrowest_key
+    fitness = closest_key(topology, nodes) if tm.options.prefer_closest_numa_nodes else narrowness
     best = kubelet_walk(lists, nodes, fitness)
     return best, tm.policy is BEST_EFFORT or best.preferred
 

@@ -5,7 +5,7 @@ with `&`, `|` and `bit_count()`. What this module adds is the kubelet's two orde
 wins and in which order hint providers enumerate masks:
 - `iterate_masks`: every non-empty subset of the given nodes, by size 1..n, each size in lexicographic order
   of the node list (`IterateBitMasks`);
-- `is_narrower_than`: fewer nodes wins, a tie goes to the lower numeric value (`IsNarrowerThan`).
+- `narrowness`: fewer nodes wins, a tie goes to the lower numeric value (`IsNarrowerThan`, as a sort key).
 Masks are never negative; node ids stay below 64 like the kubelet's (`Add` rejects bit 64 and above).
 """
 
@@ -40,20 +40,8 @@ def nodes_of(mask: int) -> tuple[int, ...]:
     return tuple(nodes)
 
 
-def count(mask: int) -> int:
-    return mask.bit_count()
-
-
-def is_narrower_than(mask: int, other: int) -> bool:
-    """True if `mask` has fewer nodes than `other`, or as many and a lower value (more low-numbered nodes)."""
-    size, other_size = mask.bit_count(), other.bit_count()
-    if size == other_size:
-        return mask < other
-    return size < other_size
-
-
 def narrowness(mask: int) -> tuple[int, int]:
-    """A sort key that orders masks exactly as `is_narrower_than` does (narrowest first)."""
+    """A sort key, narrowest first: `narrowness(a) < narrowness(b)` is the kubelet's `a.IsNarrowerThan(b)`."""
     return mask.bit_count(), mask
 
 

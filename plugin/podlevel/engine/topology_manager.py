@@ -31,7 +31,7 @@ from math import prod
 from operator import mul
 from typing import Final, cast
 
-from podlevel.engine.bitmask import mask_of
+from podlevel.engine.bitmask import mask_of, narrowness
 from podlevel.engine.errors import InputError
 from podlevel.engine.topology import Topology
 
@@ -168,7 +168,7 @@ class TopologyManager:
         self.default_affinity = mask_of(self.node_ids)
         self._lattice = NodeLattice(self.node_ids) if count <= LATTICE_MAX_NODES else None
         closest = options.prefer_closest_numa_nodes and self.policy is not TopologyPolicyName.SINGLE_NUMA_NODE
-        self._fitness: Fitness = closest_key(topology, self.node_ids) if closest else narrowest_key
+        self._fitness: Fitness = closest_key(topology, self.node_ids) if closest else narrowness
 
     def merge(self, providers: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
         """The best hint and whether the policy admits it (`Policy.Merge`)."""
@@ -198,10 +198,6 @@ class TopologyManager:
             return TopologyHint(default, False)
         target = best_non_preferred_count(affinities)
         return TopologyHint(best_non_preferred(reachable, target, self._fitness), False)
-
-
-def narrowest_key(mask: int) -> tuple[int, ...]:
-    return mask.bit_count(), mask
 
 
 def closest_key(topology: Topology, node_ids: Sequence[int]) -> Fitness:
