@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ttrpc_peer import Peer
 
-from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Request, Response
+from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
 from podlevel.ttrpc.mux import encode_frame
 from podlevel.ttrpc.transport import Handler, RpcError, Transport
 
@@ -196,6 +196,27 @@ def test_call_timeout_raises_deadline_exceeded_and_late_reply_is_dropped() -> No
         assert await plugin.call(RUNTIME, "Echo", b"next", timeout=5) == b"next"
         plugin.close("done")
         await runtime.wait_closed()
+
+    run(main())
+
+
+def test_close_does_not_wait_for_a_peer_that_does_not_read() -> None:
+    async def main() -> None:
+        replying = asyncio.Event()
+
+        async def big(request: Request) -> bytes:
+            replying.set()
+            return b"x" * (MAX_OUTBOUND_MESSAGE // 2)
+
+        a, b = socket.socketpair()
+        transport = await Transport.from_socket(a, {(PLUGIN, "Big"): big}, name="plugin")
+        b.sendall(Connection(serve_conn=2, call_conn=1).encode(Request(1, PLUGIN, "Big", b"")))
+        # The reply is far larger than the socket buffers, so its write stays queued: b never reads.
+        await replying.wait()
+        transport.close("done")
+        async with asyncio.timeout(5):
+            assert await transport.wait_closed() == "done"
+        b.close()
 
     run(main())
 

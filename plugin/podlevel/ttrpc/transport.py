@@ -154,7 +154,9 @@ class Transport:
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        self._writer.close()
+        # Abort, not close: a graceful close first flushes what is still queued, which never ends when the
+        # peer stopped reading, and would leave the socket open and `wait_closed` hanging.
+        self._writer.transport.abort()
         self._closed.set()
 
     async def wait_closed(self) -> str:
