@@ -200,6 +200,24 @@ def test_call_timeout_raises_deadline_exceeded_and_late_reply_is_dropped() -> No
     run(main())
 
 
+def test_call_timeout_covers_a_write_blocked_by_a_peer_that_does_not_read() -> None:
+    async def main() -> None:
+        a, b = socket.socketpair()
+        transport = await Transport.from_socket(a, {}, name="plugin")
+        # Far more than the socket buffers and the stream's high-water mark hold, so drain() blocks.
+        payload = b"x" * (MAX_OUTBOUND_MESSAGE // 2)
+        with pytest.raises(RpcError) as info:
+            async with asyncio.timeout(5):
+                await transport.call(RUNTIME, "M", payload, timeout=0.05)
+        assert info.value.code == Code.DEADLINE_EXCEEDED
+        assert "M: request not written (peer not reading) within 0.05 s" in info.value.message
+        transport.close("done")
+        await transport.wait_closed()
+        b.close()
+
+    run(main())
+
+
 def test_close_does_not_wait_for_a_peer_that_does_not_read() -> None:
     async def main() -> None:
         replying = asyncio.Event()

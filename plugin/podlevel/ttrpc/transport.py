@@ -115,8 +115,10 @@ class Transport:
     async def call(self, service: str, method: str, payload: bytes, *, timeout: float) -> bytes:
         """Call `service`/`method` on the peer; return its reply payload.
 
-        Raises RpcError: the peer's non-OK status, DEADLINE_EXCEEDED after `timeout` seconds,
-        UNAVAILABLE when the connection is or gets closed, RESOURCE_EXHAUSTED when `payload` is too large.
+        Raises RpcError: the peer's non-OK status, DEADLINE_EXCEEDED when the request is not written and
+        answered within `timeout` seconds (a peer that stops reading blocks the write, and must not hang
+        the caller past its deadline), UNAVAILABLE when the connection is or gets closed,
+        RESOURCE_EXHAUSTED when `payload` is too large.
         """
         if self.close_reason is not None:
             raise RpcError(Code.UNAVAILABLE, f"connection closed: {self.close_reason}")
@@ -127,13 +129,17 @@ class Transport:
             raise RpcError(Code.RESOURCE_EXHAUSTED, f"{service}/{method} request: {exc}") from exc
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._pending[request.stream_id] = future
+        sent = False
         try:
-            await self._send(data)
             async with asyncio.timeout(timeout):
+                await self._send(data)
+                sent = True
                 response = await future
         except TimeoutError:
+            # A write cut short leaves the rest of the message queued in the stream, so framing stays intact.
+            what = "no response" if sent else "request not written (peer not reading)"
             raise RpcError(
-                Code.DEADLINE_EXCEEDED, f"{service}/{method}: no response within {timeout:g} s"
+                Code.DEADLINE_EXCEEDED, f"{service}/{method}: {what} within {timeout:g} s"
             ) from None
         finally:
             self._pending.pop(request.stream_id, None)
