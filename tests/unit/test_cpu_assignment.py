@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from kubelet_topologies import (
     DUAL_HT,
@@ -311,6 +313,20 @@ def test_cpus_outside_the_machine_are_never_taken() -> None:
         take_by_topology(SINGLE_HT, CPUSet.parse("7,64-65"), 2)
 
 
+def test_cpus_the_layout_cannot_reach_fail_with_the_numbers_and_the_step() -> None:
+    """A layout whose socket lists lose a core leaves that core's CPUs unreachable: the guard after the
+    last step names the request, what was free and the step."""
+    layout = CPULayout.of(SINGLE_HT)
+    lost = dataclasses.replace(layout, cores_of_socket={0: layout.cores_of_socket[0][:-1]})
+    last_core = CPUSet.from_mask(layout.core[layout.cores_of_socket[0][-1]])
+    with pytest.raises(AllocationFailed) as raised:
+        lost.take(last_core, 1)
+    assert str(raised.value) == (
+        "failed to allocate cpus: requested=1, available=2, still 1 needed after the last step "
+        "(take_remaining_cpus); every free CPU should be in the core order"
+    )
+
+
 @pytest.mark.parametrize(
     ("count", "group_size", "rule"),
     [
@@ -322,6 +338,7 @@ def test_bad_requests_are_input_errors(count: int, group_size: int, rule: str) -
     with pytest.raises(InputError) as raised:
         take_by_topology_numa_distributed(SINGLE_HT, CPUSet.parse("0-7"), count, group_size)
     assert raised.value.rule == rule
+    assert str(count if rule == "cpu request" else group_size) in raised.value.message
 
 
 @pytest.mark.parametrize("count", [*range(0, 68, 7), 68])

@@ -323,8 +323,9 @@ def test_nothing_fits_means_no_preference() -> None:
     p = policy((2 * GI, {}))
     target = pod("p", app("c", guaranteed(memory=8 * GI)))
     assert p.container_hints(p.initial_state(), target, target.containers[0]) == {}
-    with pytest.raises(UnexpectedAdmissionError, match="no NUMA nodes have 8Gi memory free"):
+    with pytest.raises(UnexpectedAdmissionError, match="no NUMA nodes have 8Gi memory free") as raised:
         p.allocate(p.initial_state(), target, target.containers[0], ANY_PREFERRED)
+    assert raised.value.message.endswith("(free: node 0: 1536Mi memory), which is unexpected")
 
 
 def test_preferred_follows_allocatable_not_free() -> None:

@@ -166,7 +166,10 @@ class CPULayout:
             if not progressed:
                 break
         if acc.needed != 0:
-            raise AllocationFailed(f"accounting error, {acc.needed} CPUs left unallocated out of {count}")
+            raise AllocationFailed(
+                f"accounting error, {acc.needed} CPUs left unallocated out of {count} spread over NUMA nodes "
+                f"{combo} in groups of {group_size}"
+            )
         return CPUSet.from_mask(acc.result)
 
 
@@ -177,7 +180,7 @@ class CPUAccumulator:
 
     def __init__(self, layout: CPULayout, available: CPUSet, count: int, *, spread: bool = False) -> None:
         if count < 0:
-            raise InputError("cpu request", f"cannot take {count} CPUs")
+            raise InputError("cpu request", f"cannot take {count} CPUs: a request is 0 or more")
         self.layout = layout
         self.free = available.mask & layout.all_cpus
         self.needed = count
@@ -327,6 +330,7 @@ class CPUAccumulator:
         if self.is_satisfied():
             return CPUSet()
         self.fail_if_short()
+        requested, available = self.needed, self.free.bit_count()
         steps = [self.take_full_first_level, self.take_full_second_level]
         if prefer_uncore:
             steps.append(self.take_uncore_caches)
@@ -337,7 +341,10 @@ class CPUAccumulator:
             step()
             if self.is_satisfied():
                 return CPUSet.from_mask(self.result)
-        raise AllocationFailed("failed to allocate cpus")
+        raise AllocationFailed(
+            f"failed to allocate cpus: requested={requested}, available={available}, still {self.needed} "
+            f"needed after the last step ({steps[-1].__name__}); every free CPU should be in the core order"
+        )
 
     # -- KEP-2902 planning -------------------------------------------------------------------------
 

@@ -281,10 +281,12 @@ class StaticMemoryPolicy:
         if best.affinity is None:
             default = _find_best(self._calculate_hints(state, pod.uid, requests))
             if default is None:
-                raise self._failed(pod, f"no NUMA nodes have {describe(requests)} free")
+                raise self._failed(state, pod, requests, f"no NUMA nodes have {describe(requests)} free")
             if hint.preferred and not default.preferred:
                 raise self._failed(
+                    state,
                     pod,
+                    requests,
                     f"the topology manager asked for a preferred placement of {describe(requests)} but the "
                     f"best default placement {format_nodes(default.affinity)} is not preferred",
                 )
@@ -302,12 +304,16 @@ class StaticMemoryPolicy:
             extended = _find_best(around)
             if extended is None:
                 raise self._failed(
+                    state,
                     pod,
+                    requests,
                     f"NUMA nodes {format_nodes(affinity)} {why} and no wider placement around them fits",
                 )
             if best.preferred and not extended.preferred:
                 raise self._failed(
+                    state,
                     pod,
+                    requests,
                     f"NUMA nodes {format_nodes(affinity)} {why} and the placement around them, "
                     f"{format_nodes(extended.affinity)}, is not preferred",
                 )
@@ -315,7 +321,9 @@ class StaticMemoryPolicy:
             affinity = extended.affinity
         if self._violates_groups(state, affinity):
             raise self._failed(
+                state,
                 pod,
+                requests,
                 f"NUMA nodes {format_nodes(affinity)} would mix single-node and multi-node memory "
                 "allocations on a node",
             )
@@ -345,11 +353,17 @@ class StaticMemoryPolicy:
                 return True
         return False
 
-    @staticmethod
-    def _failed(pod: Pod, reason: str) -> UnexpectedAdmissionError:
+    def _failed(
+        self, state: MemoryState, pod: Pod, requests: Requests, reason: str
+    ) -> UnexpectedAdmissionError:
+        """The refusal with what each NUMA node has free of the requested resources."""
+        free = "; ".join(
+            f"node {n}: {describe({name: _table(state.machine[n], name).free for name in requests})}"
+            for n in self.node_ids
+        )
         return UnexpectedAdmissionError(
-            f"Allocate failed due to memory manager: pod {pod.namespace}/{pod.name}: {reason}, "
-            "which is unexpected"
+            f"Allocate failed due to memory manager: pod {pod.namespace}/{pod.name}: {reason} "
+            f"(free: {free}), which is unexpected"
         )
 
     # -- release and queries -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ NUMA nodes; core ids are the smallest CPU id among the core's threads (unique ma
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,7 +19,7 @@ from typing import Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
-from podlevel.engine.quantity import bytes_of
+from podlevel.engine.quantity import bytes_of, format_bytes
 
 DEFAULT_MEMORY_PER_NODE: Final = 16 * 2**30
 LOCAL_DISTANCE: Final = 10
@@ -57,7 +58,8 @@ class Topology:
         node_ids = {n.id for n in self.numa_nodes}
         self.all_cpus = CPUSet(c.cpu for c in self.cpus)
         if len(self.all_cpus) != len(self.cpus):
-            raise InputError("topology", "a CPU id appears twice")
+            twice = sorted({a.cpu for a, b in itertools.pairwise(self.cpus) if a.cpu == b.cpu})
+            raise InputError("topology", f"a CPU id appears twice: {', '.join(map(str, twice))}")
         by_numa: dict[int, set[int]] = {n: set() for n in node_ids}
         by_socket: dict[int, set[int]] = {}
         by_core: dict[int, set[int]] = {}
@@ -79,11 +81,18 @@ class Topology:
         self.numa_by_id: Mapping[int, NUMANode] = MappingProxyType({n.id: n for n in self.numa_nodes})
         numa_of_socket: dict[int, set[int]] = {}
         socket_of_numa: dict[int, int] = {}
+        first_of_core: dict[int, CPUInfo] = {}
         for c in self.cpus:
             numa_of_socket.setdefault(c.socket, set()).add(c.numa_node)
             socket_of_numa[c.numa_node] = c.socket
-            if self.info[c.core].numa_node != c.numa_node:
-                raise InputError("topology", f"core {c.core} spans NUMA nodes")
+            first = first_of_core.setdefault(c.core, c)
+            if first.numa_node != c.numa_node:
+                raise InputError(
+                    "topology",
+                    f"core {c.core} spans NUMA nodes {first.numa_node} and {c.numa_node} (CPU {first.cpu} "
+                    f"is on node {first.numa_node}, CPU {c.cpu} on node {c.numa_node}); a core's threads "
+                    "share one node",
+                )
         self.numa_nodes_of_socket: Mapping[int, tuple[int, ...]] = MappingProxyType(
             {s: tuple(sorted(ns)) for s, ns in numa_of_socket.items()}
         )
@@ -156,7 +165,7 @@ def from_spec(spec: str) -> Topology:
         if not sep or not value:
             raise InputError("topology spec", f"{item!r} is not KEY=VALUE (spec {spec!r})")
         if key in values:
-            raise InputError("topology spec", f"{key} is given twice")
+            raise InputError("topology spec", f"{key} is given twice ({values[key]!r} and {value!r})")
         values[key] = value
     counts: dict[str, int] = {}
     for key in (*_SPEC_KEYS, "uncore-caches-per-node"):
@@ -165,30 +174,43 @@ def from_spec(spec: str) -> Topology:
                 counts[key] = 1
                 continue
             raise InputError("topology spec", f"{key} is missing (need {', '.join(_SPEC_KEYS)})")
+        raw = values.pop(key)
         try:
-            counts[key] = int(values.pop(key))
+            counts[key] = int(raw)
         except ValueError:
-            raise InputError("topology spec", f"{key} must be a positive integer") from None
+            raise InputError("topology spec", f"{key} must be a positive integer, got {raw!r}") from None
         if counts[key] < 1:
-            raise InputError("topology spec", f"{key} must be a positive integer")
+            raise InputError("topology spec", f"{key} must be a positive integer, got {raw!r}")
     memory = bytes_of(values.pop("memory-per-node", DEFAULT_MEMORY_PER_NODE))
     hugepages: dict[int, int] = {}
     for key in [k for k in values if k.startswith("hugepages-")]:
         page = bytes_of(key.removeprefix("hugepages-"))
         total = bytes_of(values.pop(key))
         if page == 0 or total % page:
-            raise InputError("topology spec", f"{key}={total} is not a whole number of pages")
+            raise InputError(
+                "topology spec",
+                f"{key}: {format_bytes(total)} per node is not a whole number of {format_bytes(page)} pages",
+            )
         hugepages[page] = total // page
     if values:
-        raise InputError("topology spec", f"unknown key(s) {', '.join(sorted(values))}")
-    if sum(p * n for p, n in hugepages.items()) > memory:
-        raise InputError("topology spec", "hugepages exceed memory-per-node")
+        known = ", ".join((*_SPEC_KEYS, "uncore-caches-per-node", "memory-per-node", "hugepages-<size>"))
+        raise InputError("topology spec", f"unknown key(s) {', '.join(sorted(values))} (known: {known})")
+    reserved_for_pages = sum(p * n for p, n in hugepages.items())
+    if reserved_for_pages > memory:
+        raise InputError(
+            "topology spec",
+            f"hugepages exceed memory-per-node: {format_bytes(reserved_for_pages)} of hugepages per node, "
+            f"memory-per-node is {format_bytes(memory)}",
+        )
 
     sockets, per_socket = counts["sockets"], counts["nodes-per-socket"]
     per_node, threads = counts["cores-per-node"], counts["threads-per-core"]
     uncores = counts["uncore-caches-per-node"]
     if per_node % uncores:
-        raise InputError("topology spec", "cores-per-node must be a multiple of uncore-caches-per-node")
+        raise InputError(
+            "topology spec",
+            f"cores-per-node ({per_node}) must be a multiple of uncore-caches-per-node ({uncores})",
+        )
     total_cores = sockets * per_socket * per_node
     cpus: list[CPUInfo] = []
     for core_index in range(total_cores):
