@@ -740,11 +740,19 @@ def test_non_guaranteed_pods_are_left_alone() -> None:
 
 
 def test_check_state_accepts_what_the_policy_built() -> None:
+    """A state with every kind of node the check recharges: a group over nodes 0-1 charged greedily (node 0
+    full, node 1 partly), a single-node allocation on node 2 and an untouched node 3."""
     p = policy(*FOUR_NODES)
     state = admit(
         p, p.initial_state(), pod("a", app("c", guaranteed(memory=2 * GI, hp1Gi=2 * GI))), hint(0, 1)
     )
-    p.check_state(p.allocate(state, POD2, POD2.containers[0], hint(2)))
+    built = p.allocate(state, POD2, POD2.containers[0], hint(2))
+    assert [(built.machine[n].assignments, built.machine[n].cells) for n in range(4)] == [
+        (2, (0, 1)), (2, (0, 1)), (2, (2,)), (0, (3,)),
+    ]
+    free_reserved = [(0, 1536 * MI), (GI, 512 * MI), (512 * MI, GI), (1536 * MI, 0)]
+    assert [table(built, n) for n in range(4)] == free_reserved
+    p.check_state(built)  # raises InputError naming the first difference
 
 
 @pytest.mark.parametrize(
