@@ -544,6 +544,42 @@ def test_redials_after_runtime_goes_away(tmp_path: Path) -> None:
     assert [c[0] for c in handler.calls] == ["configure", "synchronize", "configure", "synchronize"]
 
 
+def test_redial_delays_double_to_the_cap_and_reset_after_a_synchronized_session(tmp_path: Path) -> None:
+    """The default schedule, with a sleep that records each delay instead of sleeping."""
+    delays: list[float] = []
+    path = str(tmp_path / "nri.sock")
+    runtime = FakeRuntime()
+
+    async def main() -> None:
+        async def sleep(delay: float) -> None:
+            delays.append(delay)
+            if len(delays) == 7:
+                await runtime.listen(path)
+            elif len(delays) == 10:
+                stub.stop()
+                await asyncio.Event().wait()
+
+        stub = Stub(Recorder(), "podlevel", "10", path, sleep=sleep)
+        try:
+            async with serving(stub):
+                synchronized = await runtime.accept()
+                await synchronized.handshake()
+                synchronized.close()
+                for _ in range(2):
+                    unsynchronized = await runtime.accept()
+                    await unsynchronized.expect("RegisterPlugin")
+                    unsynchronized.close()
+                await wait_until(lambda: len(delays) == 10)
+        finally:
+            await runtime.close()
+        assert stub.synchronizations == 1
+
+    run(main())
+    # Seven failed dials: doubling from 0.5 s, capped at 30 s. A synchronized session resets the delay;
+    # sessions that end before Synchronize do not.
+    assert delays == [0.5, 1, 2, 4, 8, 16, 30, 0.5, 1, 2]
+
+
 @pytest.mark.parametrize(
     ("garbage", "reason"),
     [

@@ -125,7 +125,8 @@ class Stub:
     """Runs `handler` as NRI plugin `index-name` against the runtime at `socket_path` (or on `socket_fd`).
 
     `run()` blocks the calling thread (use it from a background thread in tests); `serve()` is the same
-    as a coroutine. `stop()` and `wait_ready()` may be called from any thread.
+    as a coroutine. `stop()` and `wait_ready()` may be called from any thread. `sleep` waits out a redial
+    delay; a test passes one that records the schedule instead of sleeping.
     """
 
     def __init__(
@@ -139,6 +140,7 @@ class Stub:
         register_timeout: float = REGISTER_TIMEOUT,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.identity = PluginIdentity(name, index)
         self.events = subscribed_events(handler)
@@ -153,6 +155,7 @@ class Stub:
         self.register_timeout = register_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self._sleep = sleep
         self.synchronizations = 0
         self._session = _Session()
         self._ready = threading.Event()
@@ -333,11 +336,13 @@ class Stub:
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         assert self._stopping is not None
+        sleeping = asyncio.ensure_future(self._sleep(delay))
+        stopping = asyncio.ensure_future(self._stopping.wait())
         try:
-            async with asyncio.timeout(delay):
-                await self._stopping.wait()
-        except TimeoutError:
-            return
+            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopping.cancel()
 
     def _rpc_handlers(self, session: _Session) -> dict[tuple[str, str], RpcHandler]:
         def serve(method: str, fn: Callable[[_Session, bytes], Awaitable[Message]]) -> RpcHandler:
