@@ -575,9 +575,9 @@ def test_redial_delays_double_to_the_cap_and_reset_after_a_synchronized_session(
         assert stub.synchronizations == 1
 
     run(main())
-    # Seven failed dials: doubling from 0.5 s, capped at 30 s. A synchronized session resets the delay;
+    # Seven failed dials: doubling from 0.5 s, capped at 5 s. A synchronized session resets the delay;
     # sessions that end before Synchronize do not.
-    assert delays == [0.5, 1, 2, 4, 8, 16, 30, 0.5, 1, 2]
+    assert delays == [0.5, 1, 2, 4, 5, 5, 5, 0.5, 1, 2]
 
 
 @pytest.mark.parametrize(

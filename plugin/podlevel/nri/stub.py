@@ -68,9 +68,12 @@ DEFAULT_REQUEST_TIMEOUT: Final = 2.0
 UPDATE_CONTAINERS_TIMEOUT: Final = 10.0
 
 # Redial delays: start quickly (containerd recreates its socket within about 0.1 s of starting), double
-# on each failure, cap so a long runtime outage is noticed within half a minute of its end.
+# on each failure, and reset once a session got as far as Synchronize.
 BACKOFF_INITIAL: Final = 0.5
-BACKOFF_MAX: Final = 30.0
+# The cap bounds how long containers keep being created without the plugin once the runtime is back from
+# a long outage (the runtime fails open: it creates them unadjusted). Dialing an absent unix socket costs
+# next to nothing, so a few seconds is cheap; a cap of half a minute would leave pods unplaced that long.
+BACKOFF_MAX: Final = 5.0
 
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
