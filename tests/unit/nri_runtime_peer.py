@@ -43,6 +43,13 @@ class RuntimeSide:
     async def call_raw(self, method: str, message: Message) -> Response:
         return await self.peer.call(PLUGIN, method, message.SerializeToString())
 
+    async def call_together(self, calls: Sequence[tuple[str, Message]]) -> list[Response]:
+        """Plugin calls sent in one write: the plugin reads them at once, so they queue for its handlers."""
+        requests = [
+            self.peer.request(PLUGIN, method, message.SerializeToString()) for method, message in calls
+        ]
+        return await self.peer.send_requests(requests)
+
     async def call(self, method: str, message: Message, reply_type: type[M]) -> M:
         response = await self.call_raw(method, message)
         assert response.code == 0, (response.code, response.message)

@@ -524,6 +524,58 @@ def test_slow_handler_is_logged_with_elapsed_time(tmp_path: Path, caplog: pytest
     assert "over half the runtime's 0.100 s request timeout" in record.getMessage()
 
 
+class FakeClock:
+    """The stub's monotonic clock, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def slow_handler_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+
+
+def test_handler_time_counts_the_wait_for_earlier_handlers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The runtime's request timeout runs from sending the request, so a request queued behind a slow
+    handler is late by the time it waited as well."""
+    clock = FakeClock()
+
+    async def main() -> None:
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        class Gated(Handler):
+            async def create_container(self, pod: api.PodSandbox, container: api.Container) -> None:
+                if container.name == "first":
+                    entered.set()
+                    await release.wait()
+
+        async with runtime_at(tmp_path) as (runtime, path), serving(stub_for(Gated(), path, clock=clock)):
+            side = await runtime.accept()
+            await side.handshake(request_timeout_ms=2000)
+            requests = [
+                api.CreateContainerRequest(pod=POD, container=api.Container(name=name))
+                for name in ("first", "second")
+            ]
+            calls = asyncio.ensure_future(side.call_together([("CreateContainer", r) for r in requests]))
+            # Both arrived in one read: "second" reached the stub and waits for the handler lock.
+            await entered.wait()
+            clock.now += 1.5
+            release.set()
+            assert [response.code for response in await calls] == [Code.OK, Code.OK]
+
+    with caplog.at_level(logging.WARNING, logger="podlevel.nri.stub"):
+        run(main())
+    assert [w.split(": ", 1)[1] for w in slow_handler_warnings(caplog)] == 2 * [
+        "handler create_container took 1.500 s (waiting for earlier handlers included), over half the "
+        "runtime's 2.000 s request timeout"
+    ]
+
+
 def test_redials_after_runtime_goes_away(tmp_path: Path) -> None:
     handler = Recorder()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Sequence
 
 from podlevel.ttrpc.codec import Connection, Rejected, Request, Response
 
@@ -50,18 +51,27 @@ class Peer:
         self.writer.write(data)
         await self.writer.drain()
 
-    async def send_request(self, request: Request) -> Response:
-        """Send `request` (any stream id) and wait for the response on its stream id."""
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[request.stream_id] = future
-        await self.send_raw(self.conn.encode(request))
+    async def send_requests(self, requests: Sequence[Request]) -> list[Response]:
+        """Send `requests` (any stream ids) in one write, so the other side reads them together; wait for
+        the response on each stream id."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Response]] = []
+        for request in requests:
+            futures.append(loop.create_future())
+            self._pending[request.stream_id] = futures[-1]
+        await self.send_raw(b"".join(self.conn.encode(request) for request in requests))
         async with asyncio.timeout(TIMEOUT):
-            return await future
+            return list(await asyncio.gather(*futures))
+
+    async def send_request(self, request: Request) -> Response:
+        (response,) = await self.send_requests([request])
+        return response
+
+    def request(self, service: str, method: str, payload: bytes) -> Request:
+        return self.conn.request(service, method, payload, timeout_nano=2_000_000_000)
 
     async def call(self, service: str, method: str, payload: bytes) -> Response:
-        return await self.send_request(
-            self.conn.request(service, method, payload, timeout_nano=2_000_000_000)
-        )
+        return await self.send_request(self.request(service, method, payload))
 
     async def next_request(self) -> Request:
         async with asyncio.timeout(TIMEOUT):

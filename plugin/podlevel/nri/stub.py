@@ -12,7 +12,8 @@ Invariants kept here:
 - Handler methods run one at a time, in the event loop's thread, never concurrently with each other.
 - UpdateContainers refuses to run from inside a handler (released NRI holds its lock during events, so
   the call would block until the request timeout and get the plugin disconnected).
-- A handler slower than half the announced request timeout is logged with its elapsed time.
+- A handler answering later than half the announced request timeout after its request arrived is logged
+  with the time taken.
 - Nothing escapes the event loop: protocol and I/O errors end the connection with a logged reason.
 """
 
@@ -95,6 +96,10 @@ _current_call: contextvars.ContextVar[_HandlerCall | None] = contextvars.Context
     "podlevel_nri_handler_call", default=None
 )
 
+# When the request being served reached the stub (the stub's clock). The transport serves each request in
+# its own task, so each request sees its own value.
+_arrival: contextvars.ContextVar[float] = contextvars.ContextVar("podlevel_nri_request_arrival")
+
 
 def _seconds(timeout: float) -> str:
     # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
@@ -129,7 +134,7 @@ class Stub:
 
     `run()` blocks the calling thread (use it from a background thread in tests); `serve()` is the same
     as a coroutine. `stop()` and `wait_ready()` may be called from any thread. `sleep` waits out a redial
-    delay; a test passes one that records the schedule instead of sleeping.
+    delay and `clock` times handlers; a test passes ones that record the schedule or move only when told.
     """
 
     def __init__(
@@ -144,6 +149,7 @@ class Stub:
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.identity = PluginIdentity(name, index)
         self.events = subscribed_events(handler)
@@ -159,6 +165,7 @@ class Stub:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._sleep = sleep
+        self._clock = clock
         self.synchronizations = 0
         self._session = _Session()
         self._ready = threading.Event()
@@ -350,6 +357,7 @@ class Stub:
     def _rpc_handlers(self, session: _Session) -> dict[tuple[str, str], RpcHandler]:
         def serve(method: str, fn: Callable[[_Session, bytes], Awaitable[Message]]) -> RpcHandler:
             async def handle(request: Request) -> bytes:
+                _arrival.set(self._clock())
                 return (await fn(session, request.payload)).SerializeToString()
 
             return handle
@@ -365,12 +373,16 @@ class Stub:
         return {(PLUGIN_SERVICE, method): serve(method, fn) for method, fn in handlers.items()}
 
     async def _invoke(self, method: str, call: Callable[[], MaybeAwaitable[T]]) -> T:
-        """Run one handler method: serialized, marked as 'inside a handler', timed."""
+        """Run one handler method: serialized, marked as 'inside a handler', timed.
+
+        Timed from the request's arrival, not from taking the lock: the runtime's request timeout runs
+        while the request waits for earlier handlers too.
+        """
         assert self._handler_lock is not None
+        arrived = _arrival.get()
         async with self._handler_lock:
             marker = _HandlerCall(method)
             token = _current_call.set(marker)
-            started = time.monotonic()
             try:
                 result = call()
                 if inspect.isawaitable(result):
@@ -379,14 +391,15 @@ class Stub:
             finally:
                 marker.active = False
                 _current_call.reset(token)
-                self._check_elapsed(method, time.monotonic() - started)
+                self._check_elapsed(method, self._clock() - arrived)
 
     def _check_elapsed(self, method: str, elapsed: float) -> None:
         runtime = self._session.runtime
         budget = runtime.request_timeout if runtime and runtime.request_timeout else DEFAULT_REQUEST_TIMEOUT
         if elapsed > budget / 2:
             log.warning(
-                "NRI plugin %s: handler %s took %.3f s, over half the runtime's %.3f s request timeout",
+                "NRI plugin %s: handler %s took %.3f s (waiting for earlier handlers included), over half "
+                "the runtime's %.3f s request timeout",
                 self.identity,
                 method,
                 elapsed,
