@@ -8,12 +8,13 @@ import logging
 import re
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from nri_runtime_peer import FakeRuntime, RuntimeSide
+from ttrpc_peer import TIMEOUT, wait_until
 
 from podlevel.nri import CreateResult, Handler, RuntimeInfo, Stub, UpdateFromHandlerError, UpdateResult, api
 from podlevel.nri.runtime import EVENTS_BEFORE_V0_10, EVENTS_FROM_V0_10, Event
@@ -622,7 +623,7 @@ def test_redial_delays_double_to_the_cap_and_reset_after_a_synchronized_session(
                     unsynchronized = await runtime.accept()
                     await unsynchronized.expect("RegisterPlugin")
                     unsynchronized.close()
-                await wait_until(lambda: len(delays) == 10)
+                await wait_until(lambda: len(delays) == 10, TIMEOUT, "the redial after the last session")
         finally:
             await runtime.close()
         assert stub.synchronizations == 1
@@ -684,18 +685,14 @@ def test_failed_registration_redials(tmp_path: Path, caplog: pytest.LogCaptureFi
     assert "registration failed: ALREADY_EXISTS(6): plugin 10-podlevel already registered" in caplog.text
 
 
-async def wait_until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(5):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 def test_no_runtime_yet_then_runtime_appears(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     async def main() -> None:
         path = str(tmp_path / "late.sock")
         stub = stub_for(Recorder(), path)
         async with serving(stub):
-            await wait_until(lambda: caplog.text.count("cannot connect to the runtime") >= 2)
+            await wait_until(
+                lambda: caplog.text.count("cannot connect to the runtime") >= 2, TIMEOUT, "two failed dials"
+            )
             runtime = FakeRuntime()
             await runtime.listen(path)
             try:
@@ -756,7 +753,7 @@ def test_stop_while_no_runtime_listens(tmp_path: Path, caplog: pytest.LogCapture
             Recorder(), "podlevel", "10", str(tmp_path / "nobody.sock"), backoff_initial=10, backoff_max=10
         )
         task = asyncio.ensure_future(stub.serve())
-        await wait_until(lambda: "cannot connect to the runtime" in caplog.text)
+        await wait_until(lambda: "cannot connect to the runtime" in caplog.text, TIMEOUT, "a failed dial")
         stub.stop()
         async with asyncio.timeout(2):
             await task

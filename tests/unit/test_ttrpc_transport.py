@@ -6,11 +6,11 @@ import asyncio
 import logging
 import socket
 import struct
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from ttrpc_peer import Peer
+from ttrpc_peer import TIMEOUT, Peer, wait_until
 
 from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
 from podlevel.ttrpc.mux import encode_frame
@@ -341,13 +341,6 @@ def test_handler_bug_in_send_path_closes_instead_of_escaping(caplog: pytest.LogC
     run(main())
 
 
-async def wait_for(condition: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(5):
-        while not condition():
-            await asyncio.sleep(0.01)
-    assert condition(), what
-
-
 def test_open_unix_dials_a_listening_socket(tmp_path: Any) -> None:
     async def main() -> None:
         accepted: list[Transport] = []
@@ -361,7 +354,7 @@ def test_open_unix_dials_a_listening_socket(tmp_path: Any) -> None:
         server = await asyncio.start_unix_server(on_connect, path)
         client = await Transport.open_unix(path, {}, serve_conn=2, call_conn=1)
         assert await client.call(PLUGIN, "M", b"z", timeout=5) == b"srv:z"
-        await wait_for(lambda: len(accepted) == 1, "server transport created")
+        await wait_until(lambda: len(accepted) == 1, TIMEOUT, "server transport created")
         client.close("done")
         assert await accepted[0].wait_closed() == "peer closed the connection (EOF)"
         server.close()

@@ -1,18 +1,35 @@
 """A scriptable ttrpc peer for tests, written directly on the sans-I/O codec (not on the transport).
 
 The test decides when to answer each inbound request and may write arbitrary bytes, so it can play a
-runtime that answers out of order, slowly, with errors, or with garbage.
+runtime that answers out of order, slowly, with errors, or with garbage. `wait_until` is the test bed's
+wait for conditions the event loop itself brings about.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
+from podlevel.testbed.wait import POLL_INTERVAL_S, DeadlineExceeded
 from podlevel.ttrpc.codec import Connection, Rejected, Request, Response
 
 TIMEOUT = 5.0
+
+T = TypeVar("T")
+
+
+async def wait_until(condition: Callable[[], T | None], timeout: float, what: str) -> T:
+    """`podlevel.testbed.wait.wait_until` inside an event loop: polls with asyncio.sleep, since the test
+    bed's blocking sleep would stall the loop that has to make `condition` true."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not (result := condition()):
+                await asyncio.sleep(POLL_INTERVAL_S)
+    except TimeoutError:
+        raise DeadlineExceeded(f"{what}: not reached within {timeout:g}s") from None
+    return result
 
 
 class Peer:
