@@ -3,20 +3,21 @@ KEP-5526's pod-level examples, plus invariants over random admission and release
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podlevel.engine.bitmask import mask_of
+from podlevel.engine.bitmask import iterate_masks, mask_of, nodes_of
 from podlevel.engine.errors import EmptyPodSharedPoolError, InputError, UnexpectedAdmissionError
 from podlevel.engine.memory_policy import (
     MemoryBlock,
     MemoryState,
     MemoryTable,
     StaticMemoryPolicy,
+    container_requests,
     empty_shared_pool_violation,
     pod_requests,
 )
@@ -800,9 +801,12 @@ def test_check_state_refuses_a_changed_reservation() -> None:
 # -- invariants over random sequences --------------------------------------------------------------------
 
 
+Steps = list[tuple[str, Pod, TopologyHint] | tuple[str, str, str]]
+
+
 @st.composite
-def workloads(draw: st.DrawFn) -> list[tuple[str, Pod, TopologyHint] | tuple[str, str, str]]:
-    steps: list[tuple[str, Pod, TopologyHint] | tuple[str, str, str]] = []
+def workloads(draw: st.DrawFn) -> Steps:
+    steps: Steps = []
     admitted: list[Pod] = []
     for index in range(draw(st.integers(1, 12))):
         remove = draw(st.booleans())
@@ -832,10 +836,8 @@ def workloads(draw: st.DrawFn) -> list[tuple[str, Pod, TopologyHint] | tuple[str
     return steps
 
 
-@settings(max_examples=300, deadline=None)
-@given(workloads())
-def test_accounting_invariants(steps: list[tuple[str, Pod, TopologyHint] | tuple[str, str, str]]) -> None:
-    p = policy((6 * GI, {GI: 2}), (6 * GI, {GI: 2}), (6 * GI, {GI: 2}))
+def replay(p: StaticMemoryPolicy, steps: Steps) -> Iterator[MemoryState]:
+    """The state after each step; a refused step leaves the state as it was."""
     state = p.initial_state()
     for step in steps:
         try:
@@ -853,6 +855,15 @@ def test_accounting_invariants(steps: list[tuple[str, Pod, TopologyHint] | tuple
                     state = before
         except (UnexpectedAdmissionError, EmptyPodSharedPoolError):
             pass
+        yield state
+
+
+@settings(max_examples=300, deadline=None)
+@given(workloads())
+def test_accounting_invariants(steps: Steps) -> None:
+    p = policy((6 * GI, {GI: 2}), (6 * GI, {GI: 2}), (6 * GI, {GI: 2}))
+    state = p.initial_state()
+    for state in replay(p, steps):
         for node in state.machine.values():
             for entry in node.memory_map.values():
                 assert entry.free >= 0 and entry.reserved >= 0
@@ -862,3 +873,53 @@ def test_accounting_invariants(steps: list[tuple[str, Pod, TopologyHint] | tuple
         for name in list(containers):
             state = p.remove_container(state, uid, name)
     assert state.machine == p.initial_state().machine
+
+
+def reference_hints(
+    p: StaticMemoryPolicy, state: MemoryState, pod_uid: str, requests: Mapping[str, int]
+) -> list[TopologyHint]:
+    """`calculateHints` as the kubelet spells it out: every mask, checked on its own."""
+
+    def total(mask: int, name: str, quantity: str) -> int:
+        tables = [state.machine[n].memory_map.get(name) for n in nodes_of(mask)]
+        return sum(getattr(t, quantity) for t in tables if t is not None)
+
+    def enough(mask: int, quantity: str, extra: Mapping[str, int]) -> bool:
+        return all(total(mask, n, quantity) + extra.get(n, 0) >= size for n, size in requests.items())
+
+    allocatable = [m for m in iterate_masks(p.node_ids) if enough(m, "allocatable", {})]
+    if not allocatable:
+        return []
+    narrowest = allocatable[0].bit_count()
+    held = state.init_reusable.get(pod_uid, {})
+    hints = []
+    for mask in allocatable:
+        if not enough(mask, "free", held.get(mask, {})):
+            continue
+        if mask.bit_count() == 1:
+            allowed = mask_of(state.machine[nodes_of(mask)[0]].cells).bit_count() == 1
+        else:
+            used = [n for n in nodes_of(mask) if state.machine[n].assignments > 0]
+            allowed = all(mask_of(state.machine[n].cells) == mask for n in used)
+        if allowed:
+            hints.append(TopologyHint(mask, mask.bit_count() == narrowest))
+    return hints
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    workloads(), st.sampled_from([256 * MI, GI, 3 * GI, 8 * GI, 16 * GI]), st.sampled_from([0, GI, 3 * GI])
+)
+def test_hints_are_the_masks_every_rule_allows(steps: Steps, memory: int, pages: int) -> None:
+    """On every state a sequence leaves, for a new container of each pod (whose init containers' memory it
+    may reuse) and of a pod never seen."""
+    p = policy((6 * GI, {GI: 2}), (6 * GI, {GI: 2}), (6 * GI, {GI: 2}))
+    resources = guaranteed(memory=memory, hp1Gi=pages) if pages else guaranteed(memory=memory)
+    names = ["memory", HP1G] if pages else ["memory"]
+    uids = ["new", *(str(step[1].uid) for step in steps if isinstance(step[1], Pod))]
+    for state in replay(p, steps):
+        for uid in uids:
+            probe = pod(uid, app("probe", resources))
+            expected = reference_hints(p, state, uid, container_requests(probe, probe.containers[0]))
+            found = p.container_hints(state, probe, probe.containers[0])
+            assert found == ({name: expected for name in names} if expected else {})

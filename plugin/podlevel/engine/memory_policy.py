@@ -21,9 +21,8 @@ from the machine and the reservation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import and_
 from types import MappingProxyType
 from typing import Final
 
@@ -128,6 +127,8 @@ class StaticMemoryPolicy:
         self._sizes: tuple[int, ...] = tuple(m.bit_count() for m in self._masks)
         self._packed: tuple[int, ...] = tuple(sum(1 << position[n] for n in nodes_of(m)) for m in self._masks)
         self._hint_pairs = tuple((TopologyHint(m, False), TopologyHint(m, True)) for m in self._masks)
+        self._index: Mapping[int, int] = {m: i for i, m in enumerate(self._masks)}
+        self._all_nodes = mask_of(self.node_ids)
         resources = sorted({name for state in machine.values() for name in state.memory_map})
         self._allocatable: Mapping[str, tuple[int, ...]] = {
             name: self._per_mask([_table(machine[n], name).allocatable for n in self.node_ids])
@@ -191,34 +192,62 @@ class StaticMemoryPolicy:
     def _calculate_hints(self, state: MemoryState, pod_uid: str, requests: Requests) -> list[TopologyHint]:
         """`calculateHints`: every mask with enough allocatable memory for each resource, that the node groups
         allow, and with enough free memory (plus what the pod's init containers hold there); preferred when
-        as narrow as the narrowest mask with enough *allocatable* memory. Empty when nothing fits."""
+        as narrow as the narrowest mask with enough *allocatable* memory. Empty when nothing fits.
+
+        The group rule is applied first: on a used machine it leaves a few masks (each node alone, the
+        groups), so the memory sums are looked up for those only."""
         if not requests:
             return []
-        fits = [True] * len(self._masks)
-        for name, size in requests.items():
-            fits = list(map(and_, fits, [s >= size for s in self._allocatable.get(name, self._no_memory)]))
-        if True not in fits:
-            return []
-        narrowest = self._sizes[fits.index(True)]
+        rows = [(self._allocatable.get(name, self._no_memory), size) for name, size in requests.items()]
+        if any(allocatable[-1] < size for allocatable, size in rows):
+            return []  # not even every node together has it; no smaller mask has more
+        narrowest = self._sizes[
+            next(i for i in range(len(self._masks)) if all(a[i] >= size for a, size in rows))
+        ]
         machine = state.machine
+        candidates = self._group_allowed(machine)
         held = state.init_reusable.get(pod_uid)
-        for name, size in requests.items():
+        packed, masks = self._packed, self._masks
+        for (allocatable, size), name in zip(rows, requests, strict=True):
             free = _subset_sums([_table(machine[n], name).free for n in self.node_ids])
             if held:
-                extra = [held.get(m, {}).get(name, 0) for m in self._masks]
-                row = [free[p] + e >= size for p, e in zip(self._packed, extra, strict=True)]
+                extra = [held.get(masks[i], {}).get(name, 0) for i in candidates]
+                candidates = [
+                    i
+                    for i, more in zip(candidates, extra, strict=True)
+                    if allocatable[i] >= size and free[packed[i]] + more >= size
+                ]
             else:
-                row = [free[p] >= size for p in self._packed]
-            fits = list(map(and_, fits, row))
-        groups = {1 << n: mask_of(machine[n].cells) for n in self.node_ids}
-        assigned = mask_of(n for n in self.node_ids if machine[n].assignments > 0)
-        if assigned or any(g.bit_count() > 1 for g in groups.values()):
-            fits = [f and _groups_allow(m, assigned, groups) for f, m in zip(fits, self._masks, strict=True)]
-        return [
-            pair[size == narrowest]
-            for pair, size, fit in zip(self._hint_pairs, self._sizes, fits, strict=True)
-            if fit
-        ]
+                candidates = [i for i in candidates if allocatable[i] >= size and free[packed[i]] >= size]
+        pairs, sizes = self._hint_pairs, self._sizes
+        return [pairs[i][sizes[i] == narrowest] for i in candidates]
+
+    def _group_allowed(self, machine: Mapping[int, NUMANodeState]) -> Sequence[int]:
+        """Indices, ascending, of the masks the node groups allow: each node outside any group; each
+        multi-node mask without used nodes; each group whose used nodes all have it as their group (a used
+        node in any other multi-node mask would mix allocations). Built from the groups rather than by
+        testing all masks: a used machine allows few."""
+        assigned = 0
+        groups: dict[int, int] = {}
+        for n in self.node_ids:
+            node = machine[n]
+            groups[1 << n] = mask_of(node.cells)
+            if node.assignments > 0:
+                assigned |= 1 << n
+        allowed = {bit for bit, group in groups.items() if group.bit_count() == 1}
+        if not assigned and len(allowed) == len(groups):
+            return range(len(self._masks))
+        for group in set(groups.values()):
+            if group.bit_count() > 1 and all(groups[1 << u] == group for u in nodes_of(group & assigned)):
+                allowed.add(group)
+        unused = self._all_nodes & ~assigned
+        subset = unused
+        while subset:
+            if subset & (subset - 1):
+                allowed.add(subset)
+            subset = (subset - 1) & unused
+        index = self._index
+        return sorted(index[m] for m in allowed if m in index)
 
     # -- allocation ----------------------------------------------------------------------------------------
 
@@ -437,20 +466,6 @@ def _subset_sums(per_node: list[int]) -> list[int]:
     for value in per_node:
         sums += [s + value for s in sums]
     return sums
-
-
-def _groups_allow(mask: int, assigned: int, groups: Mapping[int, int]) -> bool:
-    """A single-node mask needs a node outside any group; a multi-node mask needs every used node in it to be
-    grouped with exactly this mask."""
-    if mask & (mask - 1) == 0:
-        return groups[mask].bit_count() == 1
-    used = mask & assigned
-    while used:
-        low = used & -used
-        if groups[low] != mask:
-            return False
-        used ^= low
-    return True
 
 
 # -- requests ------------------------------------------------------------------------------------------------
