@@ -174,7 +174,8 @@ class Stub:
         self._loop_thread: int | None = None
         self._stopping: asyncio.Event | None = None
         self._handler_lock: asyncio.Lock | None = None
-        # Every other event is a notification, answered with an empty reply once its handler returns.
+        # The events whose reply carries the handler's answer. Every other event is a notification,
+        # answered with an empty reply once its handler returns.
         self._answers: Mapping[Event, _Answer] = {
             Event.CREATE_CONTAINER: self._create_container,
             Event.UPDATE_CONTAINER: self._update_container,
