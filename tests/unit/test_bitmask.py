@@ -12,6 +12,7 @@ from podlevel.engine.bitmask import (
     mask_of,
     narrowness,
     nodes_of,
+    subset_sums,
 )
 from podlevel.engine.errors import InputError
 
@@ -119,3 +120,8 @@ def test_nodes_of_inverts_mask_of(mask: int) -> None:
 )
 def test_format_nodes(mask: int | None, text: str) -> None:
     assert format_nodes(mask) == text
+
+
+def test_subset_sums_index_by_packed_subset() -> None:
+    assert subset_sums([1, 10, 100]) == [0, 1, 10, 11, 100, 101, 110, 111]
+    assert subset_sums([]) == [0]

@@ -9,6 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from kubelet_topologies import DUAL_HT, DUAL_NO_HT, LARGE_HT, MULTI_NUMA_HT, SINGLE_HT, SOCKETS_PER_NUMA_HT
 
+from podlevel.engine.bitmask import iterate_masks, nodes_of
 from podlevel.engine.cpu_policy import (
     CPUManagerOptions,
     CPUState,
@@ -993,3 +994,61 @@ def test_random_admissions_and_removals_keep_the_invariants(
         for container in the_pod.all_containers:
             s = p.remove_container(s, the_pod.uid, container.name)
     assert s == p.initial_state()
+
+
+def reference_hints(
+    p: StaticCPUPolicy, available: CPUSet, reusable: CPUSet, request: int
+) -> list[TopologyHint]:
+    """The kubelet's `generateCPUTopologyHints` written out: every NUMA mask, its CPUs counted on their own;
+    preferred when as narrow as the narrowest that could hold `request` on an empty machine, or, with
+    align-by-socket, when it spans no more sockets than that narrowest needs."""
+    topology = p.topology
+    ids = [n for n, cpus in topology.cpus_by_numa.items() if cpus]
+
+    def cpus_of(mask: int) -> CPUSet:
+        return CPUSet(cpu for n in nodes_of(mask) for cpu in topology.cpus_by_numa[n])
+
+    masks = list(iterate_masks(ids))
+    narrowest = min((m.bit_count() for m in masks if len(cpus_of(m)) >= request), default=len(ids))
+    min_sockets = 0
+    if p.options.align_by_socket:
+        per_socket = len(ids) // topology.num_sockets
+        min_sockets = -(-narrowest // per_socket) if per_socket else 0
+    hints = []
+    for mask in masks:
+        cpus = cpus_of(mask)
+        if reusable.is_subset(cpus) and len(available & cpus) >= request - len(reusable):
+            sockets = {topology.info[cpu].socket for cpu in cpus}
+            hints.append(TopologyHint(mask, mask.bit_count() == narrowest or len(sockets) == min_sockets))
+    return hints
+
+
+@given(
+    st.sampled_from([SINGLE_HT, DUAL_HT, DUAL_NO_HT, MULTI_NUMA_HT, SOCKETS_PER_NUMA_HT, LARGE_HT]),
+    st.booleans(),
+    st.integers(0, 2**256 - 1),
+    st.integers(0, 2**256 - 1),
+    st.integers(1, 256),
+)
+@settings(deadline=None, max_examples=300)
+def test_container_hints_are_every_mask_that_holds_the_request(
+    topology: Topology, align: bool, shared: int, reused: int, request: int
+) -> None:
+    """On random shared pools and reusable init CPUs the hints are the per-mask definition's, in its order."""
+    options = {"align-by-socket": "true"} if align and topology is not SOCKETS_PER_NUMA_HT else {}
+    p = policy(topology, "0", options)
+    machine = topology.all_cpus.mask
+    default = CPUSet.from_mask(shared & machine | 1)
+    reusable = CPUSet.from_mask(reused & machine & ~default.mask & (reused >> 7))
+    request = request % len(topology.all_cpus) + 1
+    the_pod = pod("p", ctr("c", str(request)))
+    s = CPUState(default=default, reusable={"p": reusable} if reusable else {})
+    expected = reference_hints(p, p.assignable(s), reusable, request)
+    assert p.container_hints(s, the_pod, the_pod.containers[0]) == {"cpu": expected}
+
+
+def test_reusable_cpus_off_the_machine_fit_no_mask() -> None:
+    p = policy(DUAL_HT, "0")
+    the_pod = pod("p", ctr("c", "1"))
+    s = CPUState(default=DUAL_HT.all_cpus, reusable={"p": CPUSet([1, 99])})
+    assert p.container_hints(s, the_pod, the_pod.containers[0]) == {"cpu": []}

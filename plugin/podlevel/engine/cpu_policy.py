@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
+from podlevel.engine.bitmask import subset_sums
 from podlevel.engine.cpu_assignment import AllocationFailed, CPULayout
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import (
@@ -181,7 +182,10 @@ class _NUMAMasks:
     """Every NUMA node combination in the kubelet's `IterateBitMasks` order (sizes 1..n, lexicographic),
     as parallel tuples, with the two hints each can give built once: hints are immutable and shared."""
 
-    cpus: tuple[int, ...]
+    node_cpus: tuple[int, ...]
+    """The CPUs of each NUMA node, in `CPULayout.numa` order: the nodes the packed indices count."""
+    packed: tuple[int, ...]
+    """Per combination, its nodes as bits of `node_cpus` positions: an index into `subset_sums`."""
     sizes: tuple[int, ...]
     nodes: tuple[int, ...]
     sockets: tuple[int, ...]
@@ -190,22 +194,19 @@ class _NUMAMasks:
 
     @classmethod
     def of(cls, layout: CPULayout) -> _NUMAMasks:
-        cpus, nodes, sockets, hints = [], [], [], []
+        packed, sizes, nodes, sockets, hints = [], [], [], [], []
         ids = tuple(layout.numa)
         for size in range(1, len(ids) + 1):
-            for combo in itertools.combinations(ids, size):
-                mask = 0
-                spanned: set[int] = set()
-                for node in combo:
-                    mask |= layout.numa[node]
-                    spanned.update(layout.sockets_of_numa[node])
-                affinity = sum(1 << node for node in combo)
-                cpus.append(mask)
+            for combo in itertools.combinations(range(len(ids)), size):
+                spanned = {socket for i in combo for socket in layout.sockets_of_numa[ids[i]]}
+                affinity = sum(1 << ids[i] for i in combo)
+                packed.append(sum(1 << i for i in combo))
+                sizes.append(sum(layout.numa[ids[i]].bit_count() for i in combo))
                 nodes.append(size)
                 sockets.append(len(spanned))
                 hints.append((TopologyHint(affinity, False), TopologyHint(affinity, True)))
-        sizes = tuple(mask.bit_count() for mask in cpus)
-        return cls(tuple(cpus), sizes, tuple(nodes), tuple(sockets), tuple(hints))
+        node_cpus = tuple(layout.numa[n] for n in ids)
+        return cls(node_cpus, tuple(packed), tuple(sizes), tuple(nodes), tuple(sockets), tuple(hints))
 
 
 CPUHints = dict[str, list[TopologyHint] | None] | None
@@ -236,6 +237,8 @@ class StaticCPUPolicy:
         self.cpus_per_core = self.layout.cpus_per_core
         """The kubelet's cpuGroupSize: the SMT level full-pcpus-only rounds to."""
         self._masks = _NUMAMasks.of(self.layout)
+        self._numa_cpus = sum(self._masks.node_cpus)
+        self._hint_rows = tuple(self._hint_row(narrowest) for narrowest in range(len(self.layout.numa) + 1))
 
     # -- sets --------------------------------------------------------------------------------------
 
@@ -309,30 +312,41 @@ class StaticCPUPolicy:
 
     # -- hints -------------------------------------------------------------------------------------
 
-    def _hints(self, available: int, reusable: int, request: int) -> list[TopologyHint]:
-        """Every NUMA combination that can hold `request` (with all of `reusable` inside it); preferred
-        when it is as narrow as the narrowest that could hold it on an empty machine, or, with
-        align-by-socket, when it spans no more sockets than that narrowest needs."""
-        masks = self._masks
-        narrowest = next(
-            (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
-            len(self.layout.numa),
-        )
-        if reusable:
-            need = request - reusable.bit_count()
-            fitting = [
-                i
-                for i, cpus in enumerate(masks.cpus)
-                if not reusable & ~cpus and (available & cpus).bit_count() >= need
-            ]
-        else:
-            fitting = [i for i, cpus in enumerate(masks.cpus) if (available & cpus).bit_count() >= request]
+    def _hint_row(self, narrowest: int) -> tuple[TopologyHint, ...]:
+        """Every combination's hint when the narrowest that could hold the request spans `narrowest` nodes:
+        preferred when as narrow, or, with align-by-socket, when it spans no more sockets than that needs."""
         min_sockets = 0
         if self.options.align_by_socket:
             per_socket = len(self.layout.numa) // self.topology.num_sockets
             min_sockets = -(-narrowest // per_socket) if per_socket else 0
-        nodes, sockets, hints = masks.nodes, masks.sockets, masks.hints
-        return [hints[i][nodes[i] == narrowest or sockets[i] == min_sockets] for i in fitting]
+        masks = self._masks
+        return tuple(
+            pair[nodes == narrowest or sockets == min_sockets]
+            for pair, nodes, sockets in zip(masks.hints, masks.nodes, masks.sockets, strict=True)
+        )
+
+    def _hints(self, available: int, reusable: int, request: int) -> list[TopologyHint]:
+        """Every NUMA combination that can hold `request` (with all of `reusable` inside it), with its
+        preference from `_hint_row`. NUMA nodes are disjoint, so a combination's free CPUs are the sum of
+        its nodes' (`subset_sums`); when the emptiest node can hold the request, every combination can."""
+        masks = self._masks
+        narrowest = next(
+            (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
+            len(masks.node_cpus),
+        )
+        row = self._hint_rows[narrowest]
+        free = [(available & cpus).bit_count() for cpus in masks.node_cpus]
+        if reusable:
+            if reusable & ~self._numa_cpus:
+                return []
+            need = request - reusable.bit_count()
+            inside = sum(1 << i for i, cpus in enumerate(masks.node_cpus) if reusable & cpus)
+            sums = subset_sums(free)
+            return [row[i] for i, p in enumerate(masks.packed) if p & inside == inside and sums[p] >= need]
+        if min(free) >= request:
+            return list(row)
+        sums = subset_sums(free)
+        return [row[i] for i, p in enumerate(masks.packed) if sums[p] >= request]
 
     def container_hints(self, state: CPUState, pod: Pod, container: Container) -> CPUHints:
         """The kubelet's `GetTopologyHints` for one container (None = no preference, [] = impossible)."""

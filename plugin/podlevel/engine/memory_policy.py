@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
 
-from podlevel.engine.bitmask import format_nodes, iterate_masks, mask_of, nodes_of
+from podlevel.engine.bitmask import format_nodes, iterate_masks, mask_of, nodes_of, subset_sums
 from podlevel.engine.errors import EmptyPodSharedPoolError, InputError, UnexpectedAdmissionError
 from podlevel.engine.pod import (
     HUGEPAGES_PREFIX,
@@ -121,7 +121,7 @@ class StaticMemoryPolicy:
         }
         self._initial = MemoryState(MappingProxyType(machine))
         # Every NUMA node combination in `IterateBitMasks` order, with its index in the packed subset-sum
-        # lists of `_subset_sums` (bit i of a packed index stands for node_ids[i]).
+        # lists of `subset_sums` (bit i of a packed index stands for node_ids[i]).
         position = {n: i for i, n in enumerate(self.node_ids)}
         self._masks: tuple[int, ...] = tuple(iterate_masks(self.node_ids))
         self._sizes: tuple[int, ...] = tuple(m.bit_count() for m in self._masks)
@@ -138,7 +138,7 @@ class StaticMemoryPolicy:
 
     def _per_mask(self, per_node: list[int]) -> tuple[int, ...]:
         """Sums of a per-node quantity over every mask, in mask order."""
-        sums = _subset_sums(per_node)
+        sums = subset_sums(per_node)
         return tuple(sums[p] for p in self._packed)
 
     def initial_state(self) -> MemoryState:
@@ -209,7 +209,7 @@ class StaticMemoryPolicy:
         held = state.init_reusable.get(pod_uid)
         packed, masks = self._packed, self._masks
         for (allocatable, size), name in zip(rows, requests, strict=True):
-            free = _subset_sums([_table(machine[n], name).free for n in self.node_ids])
+            free = subset_sums([_table(machine[n], name).free for n in self.node_ids])
             if held:
                 extra = [held.get(masks[i], {}).get(name, 0) for i in candidates]
                 candidates = [
@@ -458,14 +458,6 @@ class StaticMemoryPolicy:
                     _charge(expected, block.numa_affinity, block.type, block.size)
         for n in self.node_ids:
             _compare_node(n, state.machine, expected)
-
-
-def _subset_sums(per_node: list[int]) -> list[int]:
-    """The sum over every subset of nodes, indexed by packed subset (bit i = the i-th node)."""
-    sums = [0]
-    for value in per_node:
-        sums += [s + value for s in sums]
-    return sums
 
 
 # -- requests ------------------------------------------------------------------------------------------------
