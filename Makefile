@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo test lint unit integration vm proto bench clean
+.PHONY: setup demo demo-numa test lint unit integration vm proto bench clean
 
 setup: .venv/.installed
 
@@ -12,6 +12,12 @@ setup: .venv/.installed
 
 demo: setup
 	hack/demo
+
+# The same on a 2-NUMA-node cgroup v2 guest, with the documentation's pod-scope-mixed and empty-shared-pool pods.
+demo-numa: setup
+	hack/containerd-env fetch >/dev/null
+	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 12G -- \
+		$(PY) -m podlevel.testbed.demo --base /run/nri-podlevel-demo --pods deploy/demo/pods-numa.yaml
 
 lint: setup
 	ruff check .

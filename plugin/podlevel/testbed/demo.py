@@ -38,13 +38,14 @@ def report(cri: CRI, pod_name: str, containers: dict[str, str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__)
     parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="2")
+    parser.add_argument("--base", type=Path, help="containerd's private directory (not on overlayfs)")
     parser.add_argument("--pods", type=Path, default=DEFAULT_PODS, help="Pod manifests (multi-document YAML)")
     parser.add_argument("plugin_args", nargs="*", help="extra `nri-podlevel run` flags (after --)")
     args = parser.parse_args(argv)
     pods = load_pods(args.pods.read_text(), str(args.pods))
 
     print(f"== private containerd {args.flavour} with NRI")
-    with Containerd(args.flavour) as ctrd:
+    with Containerd(args.flavour, args.base) as ctrd:
         print(f"   {ctrd.versions}; CRI {ctrd.cri_socket}, NRI {ctrd.nri_socket}")
         print("== nri-podlevel run")
         plugin = PluginProcess(ctrd.nri_socket, args.plugin_args)

@@ -1,0 +1,122 @@
+"""`nri-podlevel run` end to end on a real multi-NUMA cgroup v2 node: the pod bubble, its exclusive slice and
+pod shared pool, and the node shared pool, as the kernel applies them.
+
+The guest's real /sys gives the plugin its topology (CPU 0's core is reserved by default); pods are started
+as a kubelet starts them, with the pod-shape annotation. Sized to fit every guest shape `make vm` boots: a
+2-CPU bubble (one core) of 256Mi, which a single NUMA node holds on both the 2- and the 4-node guest.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Final
+
+import pytest
+from vm_support import CGROUP_ROOT, GuestShape, read
+
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
+from podlevel.engine.pod import Pod
+from podlevel.podspec.manifest import load_pods
+from podlevel.testbed import cgroupfs
+from podlevel.testbed.containerd import Containerd
+from podlevel.testbed.cri import CRI, CRIError
+from podlevel.testbed.kubelet import start_pod
+from podlevel.testbed.plugin_process import PluginProcess
+
+pytestmark = pytest.mark.vm
+
+BASE: Final = Path("/run/nri-podlevel-vm-podlevel")
+PODS: Final = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - {name: server, image: busybox, resources: {requests: {cpu: 100m, memory: 32Mi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fast-path}
+spec:
+  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
+  initContainers:
+  - {name: logger, image: busybox, restartPolicy: Always}
+  containers:
+  - name: main-app
+    image: busybox
+    resources: {requests: {cpu: "1", memory: 128Mi}, limits: {cpu: "1", memory: 128Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: no-room}
+spec:
+  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
+  initContainers:
+  - {name: logger, image: busybox, restartPolicy: Always}
+  containers:
+  - name: main-app
+    image: busybox
+    resources: {requests: {cpu: "2", memory: 128Mi}, limits: {cpu: "2", memory: 128Mi}}
+"""
+
+
+def pod(name: str) -> Pod:
+    """One of PODS under a fresh uid, so its pod cgroup is its own."""
+    [found] = [p for p in load_pods(PODS) if p.name == name]
+    return replace(found, uid=str(uuid.uuid4()))
+
+
+def node_cpus(guest: GuestShape) -> dict[int, CPUSet]:
+    return {
+        node: CPUSet.parse(read(Path(f"/sys/devices/system/node/node{node}/cpulist")))
+        for node in range(guest.numa_nodes)
+    }
+
+
+def in_force(cri: CRI, container_id: str) -> tuple[CPUSet, str, str]:
+    """(effective cpus, effective mems, cpu.max quota) of a running container, as the kernel has them."""
+    info = cri.container_status(container_id)
+    values = cgroupfs.read_cgroup(info.cgroups_path)
+    assert CPUSet.parse(cgroupfs.cpus_allowed_list(info.pid)) == CPUSet.parse(values.effective_cpus)
+    quota = read(CGROUP_ROOT / info.cgroups_path.lstrip("/") / "cpu.max").split()[0]
+    return CPUSet.parse(values.effective_cpus), values.effective_mems, quota
+
+
+@pytest.fixture
+def cri(guest: GuestShape) -> Iterator[CRI]:
+    with Containerd("2", BASE) as ctrd:
+        plugin = PluginProcess(ctrd.nri_socket, prefix="  plugin (guest) | ")
+        try:
+            plugin.wait_registered()
+            with ctrd.cri() as client:
+                yield client
+                client.remove_all()
+        finally:
+            plugin.stop()
+
+
+def test_pod_bubble_slice_and_shared_pools_on_a_numa_node(cri: CRI, guest: GuestShape) -> None:
+    nodes = node_cpus(guest)
+    web = start_pod(cri, pod("web"), with_shape=False).containers["server"]
+    assert in_force(cri, web)[0] == CPUSet.parse(read(Path("/sys/devices/system/cpu/online")))
+
+    fast = start_pod(cri, pod("fast-path")).containers
+    app_cpus, app_mems, app_quota = in_force(cri, fast["main-app"])
+    log_cpus, log_mems, log_quota = in_force(cri, fast["logger"])
+
+    bubble = app_cpus | log_cpus
+    [home] = [node for node, cpus in nodes.items() if bubble.is_subset(cpus)]
+    assert len(bubble) == 2 and app_cpus.is_disjoint(log_cpus), "one exclusive CPU, one pod-shared"
+    assert app_mems == log_mems == str(home), "memory pinned to the bubble's NUMA node"
+    assert app_quota == "max", "CFS quota off for the exclusive slice"
+    assert log_quota == "100000", "the pod shared pool gets the leftover budget: 2 CPUs - 1 exclusive"
+    assert in_force(cri, web)[0].is_disjoint(bubble), "the node shared pool gave up the bubble"
+
+    with pytest.raises(CRIError) as refused:
+        start_pod(cri, pod("no-room"))
+    assert f"{EMPTY_POD_SHARED_POOL_ERROR}: " in refused.value.details
+    assert in_force(cri, fast["main-app"])[0] == app_cpus, "a refused pod moves nobody"
