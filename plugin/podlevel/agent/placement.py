@@ -30,9 +30,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import CFS_PERIOD_US, MIN_CFS_QUOTA_US, Assignment, Engine, NodeState
+from podlevel.engine.manager import Assignment, Engine, NodeState
 from podlevel.engine.pod import CPU, MEMORY, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
 
@@ -104,18 +105,16 @@ def pod_shape(sandbox: Sandbox) -> Pod | None:
     return from_annotation(text, name=sandbox.name, namespace=sandbox.namespace, uid=sandbox.uid)
 
 
-MIN_SHARES = 2
-MAX_SHARES = 262144
-
-
 def expected_runtime(resources: Resources, period: int) -> RuntimeResources:
     """What a kubelet with CFS quota on passes to the runtime for these requests and limits
     (`MilliCPUToShares`, `MilliCPUToQuota`)."""
-    request = resources.request(CPU)
-    shares = min(MAX_SHARES, max(MIN_SHARES, request * 1024 // 1000))
     limit = resources.limits.get(CPU, 0)
-    quota = max(MIN_CFS_QUOTA_US, limit * period // 1000) if limit else 0
-    return RuntimeResources(shares, quota, period if limit else 0, resources.limits.get(MEMORY, 0))
+    return RuntimeResources(
+        milli_cpu_to_shares(resources.request(CPU)),
+        milli_cpu_to_quota(limit, period),
+        period if limit else 0,
+        resources.limits.get(MEMORY, 0),
+    )
 
 
 def verify_shape(claimed: Resources, actual: RuntimeResources, what: str) -> None:

@@ -35,6 +35,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
 
+from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
@@ -52,10 +53,6 @@ from podlevel.engine.topology_manager import (
     TopologyPolicyName,
 )
 
-CFS_PERIOD_US: Final = 100_000
-"""The CFS period the kubelet writes for every container (`cpu.cfs_period_us` default)."""
-MIN_CFS_QUOTA_US: Final = 1_000
-"""The smallest quota the kernel accepts, which the kubelet also clamps to."""
 UNLIMITED_QUOTA: Final = -1
 
 TOPOLOGY_LOCALITY: Final = "Resources cannot be allocated with Topology locality"
@@ -385,7 +382,7 @@ class Engine:
                 exclusive.get(c.name, 0) for c in pod.all_containers if c.kind is not ContainerKind.INIT
             )
         leftover_millis = limit - 1000 * beside
-        return max(MIN_CFS_QUOTA_US, leftover_millis * self.config.cpu_period_us // 1000)
+        return milli_cpu_to_quota(max(1, leftover_millis), self.config.cpu_period_us)
 
 
 def _has_impossible(hints: ProviderHints) -> bool:

@@ -21,16 +21,12 @@ import grpc
 
 from podlevel._proto.cri import api_pb2 as pb
 from podlevel._proto.cri import api_pb2_grpc as pb_grpc
+from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.quantity import bytes_of, milli_cpu
 from podlevel.testbed.images import BUSYBOX_IMAGE
 
 CRI_VERSION: Final = "v1"
 DEFAULT_TIMEOUT_S: Final = 60.0
-# The kubelet's CFS constants (pkg/kubelet/cm): default period, the kernel's minimum quota, minimum shares.
-CFS_PERIOD_US: Final = 100_000
-MIN_QUOTA_US: Final = 1_000
-MIN_SHARES: Final = 2
-SHARES_PER_CPU: Final = 1024
 
 _Response = TypeVar("_Response")
 
@@ -81,12 +77,11 @@ class Resources:
         """
         if cpu_request is None:
             cpu_request = cpu_limit
-        request_milli = milli_cpu(cpu_request) if cpu_request is not None else 0
-        shares = max(MIN_SHARES, request_milli * SHARES_PER_CPU // 1000)
+        shares = milli_cpu_to_shares(milli_cpu(cpu_request) if cpu_request is not None else 0)
         quota = period = 0
         if cpu_limit is not None:
             period = CFS_PERIOD_US
-            quota = max(MIN_QUOTA_US, milli_cpu(cpu_limit) * period // 1000)
+            quota = milli_cpu_to_quota(max(1, milli_cpu(cpu_limit)), period)
         memory = bytes_of(memory_limit) if memory_limit is not None else 0
         return cls(cpu_shares=shares, cpu_quota=quota, cpu_period=period, memory_limit=memory,
                    cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems)
