@@ -417,3 +417,46 @@ def test_memory_policy_none_keeps_cpu_alignment() -> None:
     assert decision.bubble_cpus is not None and decision.bubble_mems is None
     assert all(c.mems == (0, 1) for c in decision.containers)
     assert not state.memory.machine
+
+
+# -- confined admission (re-adopting what the runtime already runs) ------------------------------------
+
+
+@pytest.mark.parametrize("scope", list(Scope))
+def test_admission_within_a_set_re_adopts_the_cpus_a_pod_held(scope: Scope) -> None:
+    """Admitted alone on an empty node the pods land elsewhere; confined, each gets back what it held."""
+    node = engine(scope)
+    first, second = example("pod-scope-mixed"), example("container-scope-mixed")
+    state = node.initial_state()
+    state, _ = node.admit(state, first)
+    state, _ = node.admit(state, second)
+    held = {p.uid: {c.name: c.cpus for c in node.decision(state, p.uid).containers} for p in (first, second)}
+    within = {uid: _union(cpus.values()) for uid, cpus in held.items()}
+
+    fresh = node.initial_state()
+    fresh, _ = node.admit(fresh, second, within=within[second.uid])
+    fresh, _ = node.admit(fresh, first, within=within[first.uid])
+
+    for p in (first, second):
+        assert {c.name: c.cpus for c in node.decision(fresh, p.uid).containers} == held[p.uid]
+    assert fresh.cpu.default == state.cpu.default
+    assert fresh.cpu.pod_entries == state.cpu.pod_entries
+
+
+def test_admission_within_a_set_too_small_is_refused_and_changes_nothing() -> None:
+    node = engine()
+    mixed = example("pod-scope-mixed")
+    start = node.initial_state()
+    with pytest.raises(TopologyAffinityError):
+        node.admit(start, mixed, within=CPUSet.parse("1-2,9"))
+    assert start == node.initial_state()
+    state, decision = node.admit(start, mixed, within=CPUSet.parse("1-3,9-11"))
+    assert decision.bubble_cpus is not None and decision.bubble_cpus.is_subset(CPUSet.parse("1-3,9-11"))
+    assert state.cpu.default == node.initial_state().cpu.default - decision.bubble_cpus
+
+
+def _union(sets: object) -> CPUSet:
+    result = CPUSet()
+    for cpus in sets:  # type: ignore[attr-defined]
+        result = result | cpus
+    return result

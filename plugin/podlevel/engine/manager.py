@@ -29,7 +29,7 @@ container is removed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 from types import MappingProxyType
@@ -161,16 +161,30 @@ class Engine:
 
     # -- admission ---------------------------------------------------------------------------------------
 
-    def admit(self, state: NodeState, pod: Pod) -> tuple[NodeState, PodDecision]:
-        """Admit `pod` or raise AdmissionError; the returned state holds its allocations."""
+    def admit(
+        self, state: NodeState, pod: Pod, *, within: CPUSet | None = None
+    ) -> tuple[NodeState, PodDecision]:
+        """Admit `pod` or raise AdmissionError; the returned state holds its allocations.
+
+        `within` confines the CPUs the pod may be given (its bubble, its exclusive containers) to a set, by
+        the same rules: an agent that restarts without its state re-adopts the CPUs the runtime already
+        runs the pod on. A pod that does not fit there is refused, and the caller decides what next.
+        """
         if pod.uid in state.pods:
             return state, self.decision(state, pod.uid)
+        view = state
+        if within is not None:
+            confined = state.cpu.default & (within | self.reserved_cpus)
+            view = replace(state, cpu=replace(state.cpu, default=confined))
         if self.config.scope is Scope.CONTAINER:
-            cpu, memory = self._admit_per_container(state, pod)
+            cpu, memory = self._admit_per_container(view, pod)
         elif pod.resources is not None:
-            cpu, memory = self._admit_pod_level(state, pod)
+            cpu, memory = self._admit_pod_level(view, pod)
         else:
-            cpu, memory = self._admit_classic_pod_scope(state, pod)
+            cpu, memory = self._admit_classic_pod_scope(view, pod)
+        if within is not None:
+            # Admission only takes from the shared pool: what left the confined view leaves the real one.
+            cpu = replace(cpu, default=state.cpu.default - (view.cpu.default - cpu.default))
         new = NodeState(cpu=cpu, memory=memory, pods=_with(state.pods, pod.uid, pod), removed=state.removed)
         return new, self.decision(new, pod.uid)
 
