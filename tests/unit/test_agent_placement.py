@@ -520,3 +520,32 @@ def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -
     settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
     assert settings.assignment is Assignment.POD_EXCLUSIVE
     assert moved["late-log"].assignment is Assignment.POD_SHARED
+
+
+def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
+    """No checkpoint, and the runtime lists pods in another order: placements survive all the same."""
+    live = Placement(new_engine())
+    pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
+    for p in pods:
+        start(live, p)
+    live.pending_updates()
+    rows = [
+        _holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]), s)
+        for cid, s in live.applied.items()
+    ]
+    sandboxes = [sandbox_of(p) for p in pods]
+
+    in_order = Placement(new_engine())
+    in_order_updates, _ = in_order.synchronize(sandboxes, rows)
+    restarted = Placement(new_engine())
+    updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
+
+    assert in_order_updates == {}
+    assert (updates, refused) == ({}, [])
+    assert restarted.applied == live.applied
+    assert restarted.state.cpu == live.state.cpu
+    # Without the runtime's view, the reverse order would have placed them differently.
+    blind = Placement(new_engine())
+    blind_rows = [row._replace(cpus=None, cpu_quota_us=None) for row in reversed(rows)]
+    blind.synchronize(list(reversed(sandboxes)), blind_rows)
+    assert blind.state.cpu != live.state.cpu

@@ -18,8 +18,8 @@ Rules:
   managed pod that its shape does not list (ephemeral and debug containers are never in the partition).
 - Container restarts keep the pod's allocations (the kubelet releases only when the pod terminates).
 - Synchronize reconciles: pods already admitted keep their allocations, pods gone are released, new ones
-  are admitted. Only a plugin that starts with nothing (a restart; there are no checkpoints yet) admits
-  every pod anew, and may place them elsewhere than before.
+  are admitted. A plugin that starts with nothing (a restart; there are no checkpoints yet) admits each pod
+  on the CPUs the runtime shows its containers on when it still fits there, so its placement survives.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 """
@@ -33,7 +33,7 @@ from typing import NamedTuple
 from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, Engine, NodeState
+from podlevel.engine.manager import UNLIMITED_QUOTA, Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import CPU, MEMORY, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
 
@@ -171,8 +171,11 @@ class Placement:
         self.applied[container_id] = settings
         return settings, self.pending_updates()
 
-    def _admit(self, sandbox: Sandbox, name: str, resources: RuntimeResources | None) -> None:
-        """Admit the sandbox's pod if it is managed and not admitted yet."""
+    def _admit(
+        self, sandbox: Sandbox, name: str, resources: RuntimeResources | None, held: CPUSet | None = None
+    ) -> None:
+        """Admit the sandbox's pod if it is managed and not admitted yet; `held`: the CPUs the runtime
+        already runs it on, to take back if they still hold it."""
         pod = pod_shape(sandbox)
         if pod is None:
             return
@@ -183,12 +186,26 @@ class Placement:
         if container is not None and resources is not None:
             verify_shape(container.resources, resources, f"{where} container {name}")
         if pod.uid not in self._pods:
-            self.state, decision = self.engine.admit(self.state, pod)
+            self.state, decision = self._admit_pod(pod, held)
             self._pods[pod.uid] = {
                 d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
                 for d in decision.containers
             }
         self._sandbox_pods[sandbox.id] = pod.uid
+
+    def _admit_pod(self, pod: Pod, held: CPUSet | None) -> tuple[NodeState, PodDecision]:
+        """Where the pod runs already (its CPUs, then anywhere on their NUMA nodes), else where it fits."""
+        if held:
+            topology = self.engine.topology
+            home = CPUSet.from_mask(0)
+            for node in topology.numa_nodes_of(held):
+                home = home | topology.cpus_by_numa[node]
+            for within in (held, home):
+                try:
+                    return self.engine.admit(self.state, pod, within=within)
+                except AdmissionError:
+                    continue
+        return self.engine.admit(self.state, pod)
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -210,28 +227,32 @@ class Placement:
         """Reconcile with everything the runtime runs (`Observed` rows; plain tuples in the same order).
 
         Pods of sandboxes no longer given are released; admitted pods keep their allocations; the others
-        are admitted in the order their containers are given. A pod the engine refuses now is left in the
-        node shared pool and reported once in the second result as (sandbox id, reason). Returns the
-        settings of every container whose cpuset, memory nodes or quota differ from what they should be.
-        Containers of sandboxes not given are ignored.
+        are admitted in the order their containers are given, each on the CPUs its containers hold now
+        when it still fits there (a restarted plugin takes its placement back instead of reshuffling). A
+        pod the engine refuses now is left in the node shared pool and reported once in the second result
+        as (sandbox id, reason). Returns the settings of every container whose cpuset, memory nodes or
+        quota differ from what they should be. Containers of sandboxes not given are ignored.
         """
         by_id = {s.id: s for s in sandboxes}
         for sandbox_id in [sid for sid in self._sandbox_pods if sid not in by_id]:
             self.remove_sandbox(sandbox_id)
         self._containers.clear()
-        refused: dict[str, str] = {}
         observed: dict[str, Observed] = {}
+        by_sandbox: dict[str, list[Observed]] = {}
         for row in containers:
             seen = row if isinstance(row, Observed) else Observed(*row)  # type: ignore[arg-type]
-            sandbox = by_id.get(seen.sandbox_id)
-            if sandbox is None:
-                continue
+            if seen.sandbox_id in by_id:
+                observed[seen.container_id] = seen
+                by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
+        refused: dict[str, str] = {}
+        for sandbox_id, rows in by_sandbox.items():
+            sandbox = by_id[sandbox_id]
             try:
-                self._admit(sandbox, seen.name, None)
+                self._admit(sandbox, rows[0].name, None, _held(pod_shape(sandbox), rows))
             except (InputError, AdmissionError) as err:
-                refused.setdefault(seen.sandbox_id, str(err))
-            self._containers[seen.container_id] = _Tracked(seen.sandbox_id, seen.name)
-            observed[seen.container_id] = seen
+                refused[sandbox_id] = str(err)
+            for seen in rows:
+                self._containers[seen.container_id] = _Tracked(sandbox_id, seen.name)
         # Settings are computed once, after every pod is back: per container they would cost quadratic time.
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
@@ -284,6 +305,20 @@ class Placement:
 
     def container_ids(self) -> list[str]:
         return list(self._containers)
+
+
+def _held(pod: Pod | None, rows: Iterable[Observed]) -> CPUSet | None:
+    """The CPUs a managed pod's containers hold now: all of them for a pod bubble, the exclusive ones
+    (CFS quota off) otherwise; None when the runtime shows none."""
+    if pod is None:
+        return None
+    held = CPUSet.from_mask(0)
+    for seen in rows:
+        if seen.cpus is None or pod.container(seen.name) is None:
+            continue
+        if pod.resources is not None or seen.cpu_quota_us == UNLIMITED_QUOTA:
+            held = held | seen.cpus
+    return held or None
 
 
 def _differs(seen: Observed, settings: Settings) -> bool:
