@@ -39,7 +39,8 @@ vm_run = load_vm_run()
         (["--memory", "lots", "--", "true"], "'lots' is not a size"),
         (["--numa-nodes", "4", "--cpus", "8", "--memory", "512M", "--", "true"], "does not split into 4"),
         (["--work", "/nonexistent", "--", "true"], "/nonexistent is not a directory"),
-        (["--timeout", "0", "--", "true"], "--timeout must be positive"),
+        (["--timeout", "0", "--", "true"], "--timeout and --boot-timeout must be positive"),
+        (["--boot-timeout", "-1", "--", "true"], "--timeout and --boot-timeout must be positive"),
     ],
 )
 def test_bad_arguments_are_refused(argv: list[str], message: str) -> None:
@@ -114,7 +115,8 @@ def test_console_lines_before_ready_lose_their_cr_and_the_ready_line_is_taken_ou
     read_end, write_end = os.pipe()
     os.write(write_end, b"init: note\r\nvm-run: guest ready 2.5\r\nhello\r\nprogress...")
     os.close(write_end)
-    boot, finished = vm_run.stream(read_end, time.monotonic(), time.monotonic() + 60)
+    now = time.monotonic()
+    boot, finished = vm_run.stream(read_end, now, now + 60, now + 60)
     os.close(read_end)
     assert finished
     assert boot is not None
@@ -124,7 +126,21 @@ def test_console_lines_before_ready_lose_their_cr_and_the_ready_line_is_taken_ou
 def test_a_silent_guest_times_out() -> None:
     read_end, write_end = os.pipe()
     try:
-        assert vm_run.stream(read_end, time.monotonic(), time.monotonic()) == (None, False)
+        now = time.monotonic()
+        assert vm_run.stream(read_end, now, now, now + 60) == (None, False)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_guest_not_ready_by_the_boot_deadline_is_given_up_on_before_the_deadline() -> None:
+    """A wedged boot (chatter, never the ready line) ends at the boot deadline, not the overall one."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"[   28.86] watchdog: BUG: soft lockup - CPU#1 stuck for 26s!\n")
+        now = time.monotonic()
+        assert vm_run.stream(read_end, now, now + 3600, now + 0.2) == (None, False)
+        assert time.monotonic() - now < 60
     finally:
         os.close(read_end)
         os.close(write_end)
