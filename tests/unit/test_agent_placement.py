@@ -432,7 +432,8 @@ def test_synchronize_skips_containers_of_unknown_sandboxes() -> None:
 
 
 def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
-    """The plugin came back with more reserved CPUs: the second 6-CPU bubble fits nowhere any more."""
+    """The plugin came back with more reserved CPUs: "first" (on node 0) fits nowhere now; "second" still
+    fits where it runs and keeps its place, whatever the listing order."""
     placement = Placement(new_engine())
     first, second = fast_path("first", 6, 2), fast_path("second", 6, 2)
     web = unmanaged()
@@ -448,16 +449,27 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
     restarted = Placement(new_engine(reserved="0-1,8-9"))
     updates, refused = restarted.synchronize(sandboxes, rows)
 
-    assert [sandbox_id for sandbox_id, _ in refused] == ["sb-second"], "each refused pod is reported once"
+    assert [sandbox_id for sandbox_id, _ in refused] == ["sb-first"], "each refused pod is reported once"
     assert "TopologyAffinityError" in refused[0][1]
-    assert restarted.state.pods.keys() == {"uid-first"}
+    assert restarted.state.pods.keys() == {"uid-second"}
+    assert restarted.applied["second-app"] == placement.applied["second-app"]
     pool = restarted.engine.node_shared_pool(restarted.state)
-    for container_id in ("second-log", "second-app", "web-server"):
+    for container_id in ("first-log", "first-app", "web-server"):
         assert restarted.applied[container_id].assignment is Assignment.NODE_SHARED
         assert restarted.applied[container_id].cpus == pool
-    assert {"second-log", "second-app", "web-server"} <= updates.keys()
+    assert {"first-log", "first-app", "web-server"} <= updates.keys()
+    # The refused pod's containers get the kubelet's own quota back: its budget for the sidecar, its limit
+    # for the app that had its CPUs exclusively (quota off), not "unlimited" in the shared pool.
+    assert restarted.applied["first-app"].cpu_quota_us == 2 * CFS_PERIOD_US
+    assert restarted.applied["first-log"].cpu_quota_us == 6 * CFS_PERIOD_US
+
     assert all(updates[cid] == restarted.applied[cid] for cid in updates)
     assert restarted.pending_updates() == {}
+
+    # A refused running pod's container restarts: it stays in the node shared pool, it is not failed.
+    restarted.remove_container("first-app")
+    settings, _ = restarted.create(sandbox_of(first), "first-app-2", "app")
+    assert settings.assignment is Assignment.NODE_SHARED and settings.cpu_quota_us == 2 * CFS_PERIOD_US
 
 
 def test_reconnect_keeps_allocations_whatever_order_the_runtime_lists() -> None:

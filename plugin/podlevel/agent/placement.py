@@ -33,8 +33,9 @@ from typing import NamedTuple
 from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import UNLIMITED_QUOTA, Assignment, Engine, NodeState, PodDecision
+from podlevel.engine.manager import UNLIMITED_QUOTA, Assignment, Engine, NodeState
 from podlevel.engine.pod import CPU, MEMORY, Pod, Resources
+from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
 
 
@@ -107,26 +108,51 @@ def pod_shape(sandbox: Sandbox) -> Pod | None:
 
 def expected_runtime(resources: Resources, period: int) -> RuntimeResources:
     """What a kubelet with CFS quota on passes to the runtime for these requests and limits
-    (`MilliCPUToShares`, `MilliCPUToQuota`)."""
+    (`MilliCPUToShares`, `MilliCPUToQuota`); 0 where the resources say nothing."""
     limit = resources.limits.get(CPU, 0)
     return RuntimeResources(
-        milli_cpu_to_shares(resources.request(CPU)),
+        milli_cpu_to_shares(resources.request(CPU)) if CPU in resources.requests or limit else 0,
         milli_cpu_to_quota(limit, period),
         period if limit else 0,
         resources.limits.get(MEMORY, 0),
     )
 
 
-def verify_shape(claimed: Resources, actual: RuntimeResources, what: str) -> None:
+def claimed_sandbox(pod: Pod, period: int) -> RuntimeResources:
+    """What the kubelet puts on the sandbox of the pod a shape describes, where that is unambiguous: the
+    pod-level values it declares, else the containers' peak CPU request (shares only)."""
+    if pod.resources is not None:
+        return expected_runtime(pod.resources, period)
+    return RuntimeResources(cpu_shares=milli_cpu_to_shares(pod.aggregate_request(CPU)))
+
+
+def claimed_container(pod: Pod, name: str, period: int) -> RuntimeResources | None:
+    """What the kubelet puts on a container that declares its own CPU and memory limits (the ones that can
+    claim exclusive CPUs); None for the others, whose values the kubelet derives from the pod's."""
+    container = pod.container(name)
+    if container is None or not {CPU, MEMORY} <= container.resources.limits.keys():
+        return None
+    return expected_runtime(container.resources, period)
+
+
+def kubelet_quota(pod: Pod, name: str, period: int) -> int | None:
+    """The CFS quota the kubelet gives a container: its own CPU limit, else the pod-level one; None (leave
+    it) when neither sets one."""
+    container = pod.container(name)
+    limit = container.resources.limits.get(CPU, 0) if container is not None else 0
+    if not limit and pod.resources is not None:
+        limit = pod.resources.limits.get(CPU, 0)
+    return milli_cpu_to_quota(limit, period) or None
+
+
+def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str) -> None:
     """Refuse a shape whose CPU or memory differs from what the runtime carries for the same pod or container.
 
-    Only values the runtime actually carries are compared (a runtime or test harness may leave some unset).
+    Only values both sides carry are compared (a runtime or a test harness may leave some unset).
     """
-    period = actual.cpu_period or CFS_PERIOD_US
-    expected = expected_runtime(claimed, period)
     for field_name, unit in (("cpu_shares", ""), ("cpu_quota", " us"), ("memory_limit", " bytes")):
-        have, want = getattr(actual, field_name), getattr(expected, field_name)
-        if have and have != want:
+        have, want = getattr(actual, field_name), getattr(claimed, field_name)
+        if have and want and have != want:
             raise InputError(
                 "pod shape",
                 f"{what}: the {SHAPE_ANNOTATION} annotation implies {field_name} {want}{unit}, but the "
@@ -152,6 +178,9 @@ class Placement:
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
         self._pods: dict[str, dict[str, Settings]] = {}
+        self._refused: dict[str, Pod] = {}
+        """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
+        the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
         self._flushed_pool = engine.node_shared_pool(self.state)
 
@@ -165,47 +194,40 @@ class Placement:
         Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); state is
         unchanged then.
         """
-        self._admit(sandbox, name, resources)
+        pod = pod_shape(sandbox)
+        if pod is not None and pod.uid in self._pods:
+            self._sandbox_pods[sandbox.id] = pod.uid
+        elif pod is not None:
+            self._verify(sandbox, pod, name, resources)
+            try:
+                self._admit(sandbox, pod)
+            except AdmissionError:
+                if sandbox.id not in self._refused:
+                    raise
         self._containers[container_id] = _Tracked(sandbox.id, name)
         settings = self.desired(container_id)
         self.applied[container_id] = settings
         return settings, self.pending_updates()
 
-    def _admit(
-        self, sandbox: Sandbox, name: str, resources: RuntimeResources | None, held: CPUSet | None = None
-    ) -> None:
-        """Admit the sandbox's pod if it is managed and not admitted yet; `held`: the CPUs the runtime
-        already runs it on, to take back if they still hold it."""
-        pod = pod_shape(sandbox)
-        if pod is None:
-            return
+    def _verify(self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None) -> None:
+        """Check the shape against the runtime before the pod is admitted (never later: an in-place resize
+        must not make a running pod's restarts fail)."""
+        period = sandbox.resources.cpu_period or CFS_PERIOD_US
         where = f"pod {sandbox.namespace}/{sandbox.name}"
-        if pod.resources is not None:
-            verify_shape(pod.resources, sandbox.resources, where)
-        container = pod.container(name)
+        verify_shape(claimed_sandbox(pod, period), sandbox.resources, where)
+        container = claimed_container(pod, name, period)
         if container is not None and resources is not None:
-            verify_shape(container.resources, resources, f"{where} container {name}")
-        if pod.uid not in self._pods:
-            self.state, decision = self._admit_pod(pod, held)
-            self._pods[pod.uid] = {
-                d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
-                for d in decision.containers
-            }
-        self._sandbox_pods[sandbox.id] = pod.uid
+            verify_shape(container, resources, f"{where} container {name}")
 
-    def _admit_pod(self, pod: Pod, held: CPUSet | None) -> tuple[NodeState, PodDecision]:
-        """Where the pod runs already (its CPUs, then anywhere on their NUMA nodes), else where it fits."""
-        if held:
-            topology = self.engine.topology
-            home = CPUSet.from_mask(0)
-            for node in topology.numa_nodes_of(held):
-                home = home | topology.cpus_by_numa[node]
-            for within in (held, home):
-                try:
-                    return self.engine.admit(self.state, pod, within=within)
-                except AdmissionError:
-                    continue
-        return self.engine.admit(self.state, pod)
+    def _admit(self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None) -> None:
+        """Admit the sandbox's pod, its CPUs confined to `within` when given."""
+        self.state, decision = self.engine.admit(self.state, pod, within=within)
+        self._pods[pod.uid] = {
+            d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
+            for d in decision.containers
+        }
+        self._sandbox_pods[sandbox.id] = pod.uid
+        self._refused.pop(sandbox.id, None)
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -215,6 +237,7 @@ class Placement:
     def remove_sandbox(self, sandbox_id: str) -> None:
         """Release a pod's allocations: its sandbox stopped or is gone."""
         uid = self._sandbox_pods.pop(sandbox_id, None)
+        self._refused.pop(sandbox_id, None)
         for container_id in [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]:
             self.remove_container(container_id)
         if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
@@ -245,14 +268,38 @@ class Placement:
                 observed[seen.container_id] = seen
                 by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
         refused: dict[str, str] = {}
+        waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         for sandbox_id, rows in by_sandbox.items():
-            sandbox = by_id[sandbox_id]
-            try:
-                self._admit(sandbox, rows[0].name, None, _held(pod_shape(sandbox), rows))
-            except (InputError, AdmissionError) as err:
-                refused[sandbox_id] = str(err)
             for seen in rows:
                 self._containers[seen.container_id] = _Tracked(sandbox_id, seen.name)
+            try:
+                pod = pod_shape(by_id[sandbox_id])
+            except InputError as err:
+                refused[sandbox_id] = str(err)
+                continue
+            if pod is not None and pod.uid in self._pods:
+                self._sandbox_pods[sandbox_id] = pod.uid
+            elif pod is not None:
+                waiting.append((by_id[sandbox_id], pod, self._held(pod, rows)))
+        # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
+        # not take the CPUs another pod, listed later, still runs on.
+        errors: dict[str, str] = {}
+        for attempt in range(len(_CONFINEMENTS)):
+            still: list[tuple[Sandbox, Pod, CPUSet | None]] = []
+            for sandbox, pod, held in waiting:
+                within = self._confinement(held, attempt)
+                if within is None and attempt < len(_CONFINEMENTS) - 1:
+                    still.append((sandbox, pod, held))
+                    continue
+                try:
+                    self._admit(sandbox, pod, within)
+                except AdmissionError as err:
+                    errors[sandbox.id] = str(err)
+                    still.append((sandbox, pod, held))
+            waiting = still
+        for sandbox, pod, _ in waiting:
+            refused[sandbox.id] = errors[sandbox.id]
+            self._refused[sandbox.id] = pod
         # Settings are computed once, after every pod is back: per container they would cost quadratic time.
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
@@ -288,7 +335,10 @@ class Placement:
         pod = self._pods.get(uid) if uid is not None else None
         settings = pod.get(tracked.name) if pod is not None else None
         if settings is None:
-            return shared
+            refused = self._refused.get(tracked.sandbox_id)
+            if refused is None:
+                return shared
+            return replace(shared, cpu_quota_us=kubelet_quota(refused, tracked.name, shared.cpu_period_us))
         if settings.assignment is Assignment.NODE_SHARED and settings.cpus != shared.cpus:
             # A managed container outside any bubble follows the pool; its memory nodes stay its own.
             return replace(settings, cpus=shared.cpus)
@@ -306,19 +356,32 @@ class Placement:
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
+    def _held(self, pod: Pod, rows: Iterable[Observed]) -> CPUSet | None:
+        """The CPUs a managed pod's containers hold now: all of them when the pod has a bubble, else the
+        exclusive ones (CFS quota off); None when the runtime shows none."""
+        bubble = pod.resources is not None and self.engine.config.scope is Scope.POD
+        held = CPUSet.from_mask(0)
+        for seen in rows:
+            if seen.cpus is None or pod.container(seen.name) is None:
+                continue
+            if bubble or seen.cpu_quota_us == UNLIMITED_QUOTA:
+                held = held | seen.cpus
+        return held or None
 
-def _held(pod: Pod | None, rows: Iterable[Observed]) -> CPUSet | None:
-    """The CPUs a managed pod's containers hold now: all of them for a pod bubble, the exclusive ones
-    (CFS quota off) otherwise; None when the runtime shows none."""
-    if pod is None:
-        return None
-    held = CPUSet.from_mask(0)
-    for seen in rows:
-        if seen.cpus is None or pod.container(seen.name) is None:
-            continue
-        if pod.resources is not None or seen.cpu_quota_us == UNLIMITED_QUOTA:
-            held = held | seen.cpus
-    return held or None
+    def _confinement(self, held: CPUSet | None, attempt: int) -> CPUSet | None:
+        """Where a re-admitted pod may go at each attempt (`_CONFINEMENTS`); None: anywhere."""
+        if held is None or _CONFINEMENTS[attempt] == "anywhere":
+            return None
+        if _CONFINEMENTS[attempt] == "its CPUs":
+            return held
+        topology = self.engine.topology
+        home = CPUSet.from_mask(0)
+        for node in topology.numa_nodes_of(held):
+            home = home | topology.cpus_by_numa[node]
+        return home
+
+
+_CONFINEMENTS = ("its CPUs", "its NUMA nodes", "anywhere")
 
 
 def _differs(seen: Observed, settings: Settings) -> bool:
