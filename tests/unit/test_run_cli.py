@@ -118,3 +118,36 @@ def test_bad_configuration_exits_2_before_connecting(
     assert "bad configuration" in result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_config_scalars_stay_as_written(tmp_path: Path) -> None:
+    """YAML would read `05` as 5 and `010` as the octal 8; settings are strings as written."""
+    config = tmp_path / "config.yaml"
+    config.write_text("plugin-index: 05\nreserved-cpus: 010\nplugin-name:\n")
+    args = resolve(["--config", str(config)], {})
+    assert (args.plugin_index, args.reserved_cpus) == ("05", "010")
+    assert args.plugin_name == "podlevel", "an empty value leaves the setting alone"
+
+
+def test_a_list_for_a_single_valued_setting_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("policy: [restricted, none]\n")
+    with pytest.raises(InputError, match="policy takes one value, not a list"):
+        resolve(["--config", str(config)], {})
+
+
+def test_values_that_start_with_a_dash_stay_values(tmp_path: Path) -> None:
+    args = resolve([], {"NRI_PODLEVEL_PLUGIN_NAME": "-x", "NRI_PODLEVEL_NRI_SOCKET": "-/run/nri.sock"})
+    assert (args.plugin_name, args.nri_socket) == ("-x", "-/run/nri.sock")
+    assert args.sources["--plugin-name"] == "environment NRI_PODLEVEL_PLUGIN_NAME"
+
+
+def test_later_errors_name_where_the_value_came_from(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock")],
+        capture_output=True, text=True, timeout=30, check=False,
+        env={"PATH": "/usr/bin:/bin", "NRI_PODLEVEL_RESERVED_CPUS": "1-0"},
+    )
+    assert result.returncode == 2
+    assert "--reserved-cpus" in result.stderr and "not ascending" in result.stderr
+    assert "environment NRI_PODLEVEL_RESERVED_CPUS" in result.stderr

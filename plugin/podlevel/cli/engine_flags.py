@@ -83,9 +83,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
 def engine_config(args: argparse.Namespace, topology: Topology) -> EngineConfig:
     """The EngineConfig the parsed flags describe. Raises InputError naming the bad flag."""
     policy = TopologyPolicyName(args.policy)
-    reserved_cpus = (
-        default_reserved_cpus(topology) if args.reserved_cpus is None else CPUSet.parse(args.reserved_cpus)
-    )
+    reserved_cpus = default_reserved_cpus(topology)
+    if args.reserved_cpus is not None:
+        try:
+            reserved_cpus = CPUSet.parse(args.reserved_cpus)
+        except InputError as err:
+            raise InputError("--reserved-cpus", f"{err.rule}: {err.message}") from None
     return EngineConfig(
         scope=Scope(args.scope),
         topology_policy=policy,

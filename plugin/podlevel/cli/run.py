@@ -71,7 +71,8 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespa
     """Settings from defaults < `--config` file < `NRI_PODLEVEL_*` environment < command line.
 
     Every value, whatever its source, goes through the same parser, so types, choices and repeatable
-    flags behave alike; an error names the setting and where its value came from.
+    flags behave alike; an error names the setting and where its value came from. The namespace's
+    `sources` maps each flag not from the command line to where it came from, for later error messages.
     """
     given = vars(_settings_parser(suppress_defaults=True).parse_args(argv))
     parser = _settings_parser()
@@ -84,28 +85,42 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespa
             continue
         flag = action.option_strings[-1]
         env_name = ENV_PREFIX + action.dest.upper()
+        repeatable = isinstance(action, argparse._AppendAction)
         if env_name in environ:
-            repeatable = isinstance(action, argparse._AppendAction)
             values: list[str] = environ[env_name].split(";") if repeatable else [environ[env_name]]
             sources[flag] = f"environment {env_name}"
         elif action.dest in from_file:
             value = from_file[action.dest]
-            values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+            if isinstance(value, list) and not repeatable:
+                raise InputError("--config", f"{config}: {flag[2:]} takes one value, not a list")
+            values = value if isinstance(value, list) else [value]
             sources[flag] = f"config file {config}"
         else:
             continue
-        for value_text in values:
-            tokens += [flag, value_text]
+        # One `--flag=value` token, so a value that starts with "-" stays a value.
+        tokens += [f"{flag}={value_text}" for value_text in values]
     try:
-        return parser.parse_args([*tokens, *argv])
+        args = parser.parse_args([*tokens, *argv])
     except InputError as err:
-        origin = [f"{flag} from the {source}" for flag, source in sources.items() if flag in err.message]
-        raise InputError("settings", err.message + (f" ({'; '.join(origin)})" if origin else "")) from None
+        raise InputError("settings", err.message + origin_of(sources, err.message)) from None
+    args.sources = sources
+    return args
+
+
+def origin_of(sources: Mapping[str, str], message: str) -> str:
+    """" (--flag from the environment NAME; ...)" for the flags a message mentions, or for all of them
+    when it mentions none (a later check that names only the value)."""
+    mentioned = {flag: source for flag, source in sources.items() if flag in message} or sources
+    if not mentioned:
+        return ""
+    return " (" + "; ".join(f"{flag} from the {source}" for flag, source in mentioned.items()) + ")"
 
 
 def _read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     try:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        # Every scalar stays the string it was written as: `plugin-index: 05` must not become 5, nor
+        # `reserved-cpus: 010` the octal 8.
+        loaded = yaml.load(Path(path).read_text(), Loader=yaml.BaseLoader) or {}
     except (OSError, yaml.YAMLError) as err:
         raise InputError("--config", f"cannot read {path}: {err}") from None
     if not isinstance(loaded, dict):
@@ -116,7 +131,8 @@ def _read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
         dest = str(key).replace("-", "_")
         if dest not in known:
             raise InputError("--config", f"{path}: unknown setting {key!r}")
-        values[dest] = value
+        if value != "":  # `key:` with nothing after it leaves the setting alone
+            values[dest] = value
     return values
 
 
@@ -139,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
     except (InputError, InvalidIdentity, OSError, ValueError) as err:
-        print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
+        origin = origin_of(args.sources, str(err))
+        print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
         return 2
     logging.getLogger("podlevel.agent").info(
         "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
