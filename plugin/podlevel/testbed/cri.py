@@ -72,7 +72,7 @@ class Resources:
         """What a kubelet with CFS quota on puts into CRI for these requests/limits (container or pod level).
 
         A limit without a request implies request = limit, as API defaulting does. shares =
-        request millicores * 1024 / 1000 (at least 2, also when nothing is requested); quota = limit
+        request millicores * 1024 / 1000 (2 to 262144, 2 also when nothing is requested); quota = limit
         millicores * period / 1000 (at least 1000 us), only when a CPU limit is set.
         """
         if cpu_request is None:
