@@ -1,8 +1,8 @@
 """The NRI handler of `nri-podlevel run`: runtime events in, container cgroup settings out.
 
 Every CreateContainer waits on this code, so it does the engine work once and answers; updates for other
-containers ride on the answers of the events that can carry them (CreateContainer, StopContainer,
-Synchronize), never through a separate UpdateContainers call from inside a handler.
+containers ride on the answers of the events that can carry them (CreateContainer, UpdateContainer,
+StopContainer, Synchronize), never through a separate UpdateContainers call from inside a handler.
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ def _log_moved(changed: Mapping[str, Settings]) -> None:
                  settings.cpus)
 
 
+def _quota_text(quota: int | None) -> str:
+    return "untouched" if quota is None else "off" if quota == UNLIMITED_QUOTA else str(quota)
+
+
 class PodLevelPlugin(Handler):
     """Places containers with the engine; see `agent.placement` for the rules."""
 
@@ -136,7 +140,7 @@ class PodLevelPlugin(Handler):
         log.info(
             "placed %s/%s container %s: %s cpus=%s mems=%s quota=%s",
             pod.namespace, pod.name, container.name, settings.assignment.value, settings.cpus,
-            settings.mems_text, "off" if settings.cpu_quota_us == UNLIMITED_QUOTA else settings.cpu_quota_us,
+            settings.mems_text, _quota_text(settings.cpu_quota_us),
         )
         _log_moved(changed)
         return CreateResult(adjust=adjust, updates=updates_of(changed))
