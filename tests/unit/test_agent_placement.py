@@ -10,13 +10,25 @@ from types import MappingProxyType
 
 import pytest
 from agent_pods import fast_path, guaranteed, new_engine
+from test_testbed_kubelet import KUBELET_CASES, Case, pod_of
 
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, expected_runtime
+from podlevel.agent.placement import (
+    Observed,
+    Placement,
+    RuntimeResources,
+    Sandbox,
+    Settings,
+    claimed_container,
+    claimed_sandbox,
+    expected_runtime,
+)
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.testbed import cri
+from podlevel.testbed.kubelet import container_resources, sandbox_resources
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
@@ -299,6 +311,68 @@ def test_shape_claiming_more_than_the_runtime_carries_is_an_input_error() -> Non
     truthful = expected_runtime(app.resources, 100_000)
     settings, _ = placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", truthful)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
+
+
+def runtime_of(sent: cri.Resources) -> RuntimeResources:
+    return RuntimeResources(sent.cpu_shares, sent.cpu_quota, sent.cpu_period, sent.memory_limit)
+
+
+@pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())
+def test_pod_as_a_kubelet_sends_it_is_admitted(case: Case) -> None:
+    """Whatever the kubelet derives (pod-level limits handed to bare containers, partial pod-level budgets,
+    partial container limits summed on the sandbox), a truthful shape passes the check."""
+    pod = pod_of(case.spec)
+    placement = Placement(new_engine())
+    sandbox = replace(sandbox_of(pod), resources=runtime_of(sandbox_resources(pod)))
+    for container in pod.all_containers:
+        sent = runtime_of(container_resources(pod, container))
+        settings, _ = placement.create(sandbox, f"{pod.name}-{container.name}", container.name, sent)
+        assert settings.cpus
+    assert pod.uid in placement.state.pods
+
+
+@pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())
+def test_pod_whose_runtime_values_differ_from_its_shape_is_refused(case: Case) -> None:
+    """Every value the check compares has teeth: one unit off on the sandbox, or on a container that sets
+    its own CPU and memory limits, and the pod is refused before anything is reserved."""
+    pod = pod_of(case.spec)
+    honest = runtime_of(sandbox_resources(pod))
+    claimed = claimed_sandbox(pod, 100_000)
+    compared = [f for f in ("cpu_shares", "cpu_quota", "memory_limit") if getattr(claimed, f)]
+    first = pod.all_containers[0]
+    for field_name in compared:
+        placement = Placement(new_engine())
+        off = replace(honest, **{field_name: getattr(honest, field_name) + 1})
+        with pytest.raises(InputError, match=rf"pod default/p: .* {field_name}"):
+            placement.create(replace(sandbox_of(pod), resources=off), "p-first", first.name)
+        assert not placement.state.pods
+    for container in pod.all_containers:
+        if claimed_container(pod, container.name, 100_000) is None:
+            continue
+        sent = runtime_of(container_resources(pod, container))
+        placement = Placement(new_engine())
+        with pytest.raises(InputError, match=rf"container {container.name}: .* memory_limit"):
+            placement.create(replace(sandbox_of(pod), resources=honest), "p-c", container.name,
+                             replace(sent, memory_limit=sent.memory_limit * 2))
+        assert not placement.state.pods
+
+
+def test_quota_lifted_for_exclusive_cpus_is_not_a_claim() -> None:
+    """A kubelet with `DisableCPUQuotaWithExclusiveCPUs` sends quota -1 for a pod or container holding
+    exclusive CPUs; the shape is still checked on shares and memory."""
+    pod = fast_path()
+    app = pod.container("app")
+    assert pod.resources is not None and app is not None
+    lifted = replace(expected_runtime(pod.resources, 100_000), cpu_quota=-1)
+    app_lifted = replace(expected_runtime(app.resources, 100_000), cpu_quota=-1)
+    settings, _ = Placement(new_engine()).create(
+        replace(sandbox_of(pod), resources=lifted), "fast-app", "app", app_lifted
+    )
+    assert settings.assignment is Assignment.POD_EXCLUSIVE
+    with pytest.raises(InputError, match="cpu_shares"):
+        Placement(new_engine()).create(
+            replace(sandbox_of(pod), resources=replace(lifted, cpu_shares=2)), "fast-app", "app", app_lifted
+        )
 
 
 def test_malformed_shape_annotation_is_an_input_error() -> None:

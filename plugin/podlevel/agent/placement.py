@@ -120,7 +120,9 @@ def expected_runtime(resources: Resources, period: int) -> RuntimeResources:
 
 def claimed_sandbox(pod: Pod, period: int) -> RuntimeResources:
     """What the kubelet puts on the sandbox of the pod a shape describes, where that is unambiguous: the
-    pod-level values it declares, else the containers' peak CPU request (shares only)."""
+    pod-level values it declares (the kubelet takes the resources the pod level leaves out from the
+    containers' sums, partial limits included, so those stay 0), else the containers' peak CPU request
+    (shares only)."""
     if pod.resources is not None:
         return expected_runtime(pod.resources, period)
     return RuntimeResources(cpu_shares=milli_cpu_to_shares(pod.aggregate_request(CPU)))
@@ -148,11 +150,12 @@ def kubelet_quota(pod: Pod, name: str, period: int) -> int | None:
 def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str) -> None:
     """Refuse a shape whose CPU or memory differs from what the runtime carries for the same pod or container.
 
-    Only values both sides carry are compared (a runtime or a test harness may leave some unset).
+    Only values both sides carry are compared (a runtime or a test harness may leave some unset; a quota of
+    -1 is the kubelet's `DisableCPUQuotaWithExclusiveCPUs` lifting it, which says nothing of the limit).
     """
     for field_name, unit in (("cpu_shares", ""), ("cpu_quota", " us"), ("memory_limit", " bytes")):
         have, want = getattr(actual, field_name), getattr(claimed, field_name)
-        if have and want and have != want:
+        if have > 0 and want > 0 and have != want:
             raise InputError(
                 "pod shape",
                 f"{what}: the {SHAPE_ANNOTATION} annotation implies {field_name} {want}{unit}, but the "
