@@ -207,3 +207,40 @@ def test_a_refused_pod_leaves_the_state_equal(engine: Engine, data: st.DataObjec
         except AdmissionError:
             assert frozen(state) == before
             assert pod.uid not in state.pods
+
+
+@PROPERTY_SETTINGS
+@given(engine=engines(), data=st.data(), cpu_policy_none=st.booleans())
+def test_confined_admission_takes_only_from_its_set(
+    engine: Engine, data: st.DataObject, cpu_policy_none: bool
+) -> None:
+    """`admit(within=W)`: with W = every CPU it is a plain admission; otherwise every CPU it takes from the
+    shared pool lies in W, and the node's invariants hold after it."""
+    if cpu_policy_none:
+        engine = Engine(engine.topology, dataclasses.replace(engine.config, cpu_policy="none"))
+    state = engine.initial_state()
+    cpus = sorted(engine.topology.all_cpus)
+    for index in range(5):
+        pod = data.draw(pods(index))
+        within = CPUSet(data.draw(st.sets(st.sampled_from(cpus))))
+        try:
+            plain: tuple[NodeState, Any] | None = engine.admit(state, pod)
+        except AdmissionError:
+            plain = None
+        try:
+            all_cpus = engine.topology.all_cpus
+            everywhere: tuple[NodeState, Any] | None = engine.admit(state, pod, within=all_cpus)
+        except AdmissionError:
+            everywhere = None
+        assert (plain is None) == (everywhere is None)
+        if plain is not None and everywhere is not None:
+            assert frozen(plain[0]) == frozen(everywhere[0])
+        try:
+            confined, _ = engine.admit(state, pod, within=within)
+        except AdmissionError:
+            if plain is not None:
+                state = plain[0]
+        else:
+            assert (state.cpu.default - confined.cpu.default).is_subset(within)
+            state = confined
+        check_invariants(engine, state)
