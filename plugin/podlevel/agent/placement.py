@@ -197,7 +197,9 @@ class Placement:
         Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); state is
         unchanged then.
         """
-        pod = pod_shape(sandbox)
+        # A sandbox already admitted needs no second read of its annotation: every container of the pod
+        # after the first takes this path, and CreateContainer waits on it.
+        pod = None if sandbox.id in self._sandbox_pods else pod_shape(sandbox)
         if pod is not None and pod.uid in self._pods:
             self._sandbox_pods[sandbox.id] = pod.uid
         elif pod is not None:
