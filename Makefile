@@ -17,7 +17,7 @@ demo: setup
 demo-numa: setup
 	hack/containerd-env fetch >/dev/null
 	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 12G -- \
-		$(PY) -m podlevel.testbed.demo --base /run/nri-podlevel-demo --pods deploy/demo/pods-numa.yaml
+		hack/demo --base /run/nri-podlevel-demo --pods deploy/demo/pods-numa.yaml
 
 lint: setup
 	ruff check .

@@ -1,6 +1,6 @@
 """What the NRI plugin costs the runtime: CRI CreateContainer round trips with and without it, as JSON.
 
-For each containerd flavour: a private test bed (podlevel.testbed) with one pod, and `--calls` timed CRI
+For each containerd flavour: a private test bed (tests/testbed) with one pod, and `--calls` timed CRI
 CreateContainer calls without any NRI plugin and as many with the project's stub attached, answering each
 CreateContainer with a cpuset adjustment as the plugin does. The stub runs as its own process (this
 script re-run with --plugin-socket), as it would on a node. Only CreateContainer is timed; each container
@@ -38,11 +38,12 @@ from types import FrameType
 from typing import Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test bed
 
 from podlevel.nri import CreateResult, Handler, Stub, api
-from podlevel.testbed.containerd import FLAVOURS, Containerd
-from podlevel.testbed.cri import CRI, Resources
-from podlevel.testbed.wait import wait_until
+from testbed.containerd import FLAVOURS, Containerd
+from testbed.cri import CRI, Resources
+from testbed.wait import wait_until
 
 PLUGIN_NAME, PLUGIN_INDEX = "podlevel-bench", "50"
 READY_TIMEOUT_S: Final = 15.0

@@ -1,15 +1,15 @@
-"""Fixtures for tests against a real, private containerd (podlevel.testbed); every test here is `integration`.
+"""Fixtures for tests against a real, private containerd (tests/testbed); every test here is `integration`.
 
 Fixtures other integration tests reuse:
 
 - `containerd` (session scope, parametrised over the flavours "2" = Debian sid containerd 2.x and "1.7" =
-  Debian trixie containerd 1.7): a running `podlevel.testbed.containerd.Containerd` with CRI, NRI and the
+  Debian trixie containerd 1.7): a running `testbed.containerd.Containerd` with CRI, NRI and the
   pause/busybox images. A test that asks for it runs once per flavour (ids `containerd-2`,
   `containerd-1.7`). Useful attributes: `nri_socket` (point the plugin here), `cri_socket`,
   `cgroup_root`, `pod_cgroup_parent(uid, qos)`, `restart()` (containerd goes away and comes back with
   the same containers: reconnect tests), `flavour.name`, `versions`, `log_tail()`. The instance is
   shared by the whole session: leave no pods behind (use `cri`) and do not `stop()` it.
-- `cri` (function scope): a `podlevel.testbed.cri.CRI` client on it; after the test, pass or fail, every
+- `cri` (function scope): a `testbed.cri.CRI` client on it; after the test, pass or fail, every
   pod and container is removed.
 - `containerd_flavour` (session scope): just the flavour name, for tests that start their own instance
   with `with Containerd(containerd_flavour, tmp_path_factory.mktemp("ctrd")) as ctrd:`.
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from podlevel.testbed.containerd import FLAVOURS, Containerd
-from podlevel.testbed.cri import CRI
+from testbed.containerd import FLAVOURS, Containerd
+from testbed.cri import CRI
 
 _HERE = Path(__file__).parent
 _FLAVOURS = [f.strip() for f in os.environ.get("PODLEVEL_CONTAINERD_FLAVOURS", ",".join(FLAVOURS)).split(",")]

@@ -30,8 +30,8 @@ from types import FrameType
 from typing import Final, TypeVar
 
 from podlevel.nri import CreateResult, Handler, RuntimeInfo, Stub, UpdateResult, api
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.wait import DeadlineExceeded, wait_until
+from testbed.containerd import Containerd
+from testbed.wait import DeadlineExceeded, wait_until
 
 T = TypeVar("T")
 

@@ -24,12 +24,12 @@ import pytest
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, CRIError, Resources
-from podlevel.testbed.kubelet import LONG_RUNNING, cri_resources, start_pod
-from podlevel.testbed.plugin_process import PluginProcess
-from podlevel.testbed.wait import wait_until
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import CRI, CRIError, Resources
+from testbed.kubelet import LONG_RUNNING, cri_resources, start_pod
+from testbed.plugin_process import PluginProcess
+from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

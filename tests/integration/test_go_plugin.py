@@ -36,10 +36,10 @@ from plugin_runner import (
 )
 
 from podlevel.nri import CreateResult, api
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, CRIError, Resources
-from podlevel.testbed.wait import wait_until
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import CRI, CRIError, Resources
+from testbed.wait import wait_until
 
 # A cold build downloads ~80 MB and compiles the stub's dependency tree (about 80 s on 2 cores); the first
 # test here pays for it, so the module's tests get that much more than the default timeout.

@@ -40,13 +40,13 @@ from plugin_runner import (
 
 from podlevel.nri import CreateResult, api
 from podlevel.nri.runtime import EVENTS_BEFORE_V0_10
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, CRIError, Resources
-from podlevel.testbed.wait import wait_until
 from podlevel.ttrpc.codec import Code, Connection, Request, Response
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, encode_frame
 from podlevel.ttrpc.transport import RpcError
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import CRI, CRIError, Resources
+from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -266,6 +266,7 @@ def test_failing_create_handler_fails_cri_create_and_is_undone(containerd: Conta
 # -- the stub as a process against a fake runtime -------------------------------------------------------
 
 PLUGIN_RUNNER: Final = Path(__file__).with_name("plugin_runner.py")
+TESTS: Final = Path(__file__).resolve().parents[1]  # where the runner finds the test bed it imports
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
 SOCKET_TIMEOUT_S: Final = 10.0
@@ -331,7 +332,8 @@ def plugin_process(tmp_path: Path) -> Iterator[tuple[socket.socket, subprocess.P
         listener.settimeout(SOCKET_TIMEOUT_S)
         with stderr.open("wb") as err:
             process = subprocess.Popen([sys.executable, str(PLUGIN_RUNNER), "--socket", str(path)],
-                                       stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+                                       stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                       env=dict(os.environ, PYTHONPATH=str(TESTS)))
         try:
             yield listener, process, stderr
         finally:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, Resources
-from podlevel.testbed.images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from podlevel.testbed.wait import wait_until
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import CRI, Resources
+from testbed.images import BUSYBOX_IMAGE, PAUSE_IMAGE
+from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

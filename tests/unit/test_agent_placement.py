@@ -10,7 +10,6 @@ from types import MappingProxyType
 
 import pytest
 from agent_pods import fast_path, guaranteed, new_engine
-from test_testbed_kubelet import KUBELET_CASES, Case, pod_of
 
 from podlevel.agent.placement import (
     Observed,
@@ -27,8 +26,9 @@ from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, Inpu
 from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.testbed import cri
-from podlevel.testbed.kubelet import container_resources, sandbox_resources
+from testbed import cri
+from testbed.kubelet import container_resources, sandbox_resources
+from testbed.test_kubelet import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)

@@ -12,8 +12,8 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from podlevel.testbed.wait import POLL_INTERVAL_S, DeadlineExceeded
 from podlevel.ttrpc.codec import Connection, Rejected, Request, Response
+from testbed.wait import POLL_INTERVAL_S, DeadlineExceeded
 
 TIMEOUT = 5.0
 
@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 
 async def wait_until(condition: Callable[[], T | None], timeout: float, what: str) -> T:
-    """`podlevel.testbed.wait.wait_until` inside an event loop: polls with asyncio.sleep, since the test
+    """`testbed.wait.wait_until` inside an event loop: polls with asyncio.sleep, since the test
     bed's blocking sleep would stall the loop that has to make `condition` true."""
     try:
         async with asyncio.timeout(timeout):

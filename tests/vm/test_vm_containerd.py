@@ -1,4 +1,4 @@
-"""The private containerd of `podlevel.testbed` inside the guest: an NRI cpuset lands in cgroup v2 on a real
+"""The test bed's private containerd inside the guest: an NRI cpuset lands in cgroup v2 on a real
 NUMA node, and the pod cgroup (which NRI cannot adjust) bounds it.
 
 A pod is run the way a kubelet runs one (cgroupfs driver, pod cgroup under `kubepods`, pod-level
@@ -21,9 +21,9 @@ from vm_support import CGROUP_ROOT, GuestShape, read, write
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.nri import CreateResult, Handler, Stub, api
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import Resources
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import Resources
 
 pytestmark = pytest.mark.vm
 

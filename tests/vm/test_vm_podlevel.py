@@ -21,11 +21,11 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
-from podlevel.testbed import cgroupfs
-from podlevel.testbed.containerd import Containerd
-from podlevel.testbed.cri import CRI, CRIError
-from podlevel.testbed.kubelet import start_pod
-from podlevel.testbed.plugin_process import PluginProcess
+from testbed import cgroupfs
+from testbed.containerd import Containerd
+from testbed.cri import CRI, CRIError
+from testbed.kubelet import start_pod
+from testbed.plugin_process import PluginProcess
 
 pytestmark = pytest.mark.vm
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final
 
-from podlevel.testbed.wait import wait_until
+from testbed.wait import wait_until
 
 REGISTER_TIMEOUT_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 10.0

@@ -1,33 +1,21 @@
-"""hack/vm-run without booting anything: argument rules, the QEMU command line it builds for a guest shape,
-its initramfs archive format and how it copies the guest console. `make vm` boots the guest itself."""
+"""hack/vm-run (testbed.vm) without booting anything: argument rules, the QEMU command line it builds for a
+guest shape, its initramfs archive format and how it copies the guest console. `make vm` boots the guest
+itself."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import io
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-VM_RUN = Path(__file__).resolve().parents[2] / "hack/vm-run"
+from testbed import CHECKOUT, vm
 
-
-def load_vm_run() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("vm_run", str(VM_RUN))
-    spec = importlib.util.spec_from_loader("vm_run", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-vm_run = load_vm_run()
+VM_RUN = CHECKOUT / "hack/vm-run"
 
 
 @pytest.mark.parametrize(
@@ -44,8 +32,8 @@ vm_run = load_vm_run()
     ],
 )
 def test_bad_arguments_are_refused(argv: list[str], message: str) -> None:
-    with pytest.raises(vm_run.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        vm_run.parse_args(argv)
+    with pytest.raises(vm.UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        vm.parse_args(argv)
 
 
 def test_bad_arguments_exit_2_before_anything_is_started() -> None:
@@ -59,7 +47,7 @@ def test_bad_arguments_exit_2_before_anything_is_started() -> None:
     [("4G", 4 << 30), ("4Gi", 4 << 30), ("512M", 512 << 20), ("1024MiB", 1 << 30), ("2048", 2048)],
 )
 def test_sizes(text: str, size: int) -> None:
-    assert vm_run.parse_size(text) == size
+    assert vm.parse_size(text) == size
 
 
 def values(cmd: list[str], flag: str) -> list[str]:
@@ -68,8 +56,8 @@ def values(cmd: list[str], flag: str) -> list[str]:
 
 def test_qemu_command_for_four_nodes_with_smt(tmp_path: Path) -> None:
     shape = ["--numa-nodes", "4", "--cpus", "8", "--threads-per-core", "2", "--memory", "4G"]
-    args = vm_run.parse_args([*shape, "--work", str(tmp_path), "--", "true"])
-    cmd = vm_run.qemu_command(args, "tcg", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path / "ctl")
+    args = vm.parse_args([*shape, "--work", str(tmp_path), "--", "true"])
+    cmd = vm.qemu_command(args, "tcg", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path / "ctl")
     assert values(cmd, "-smp") == ["8,sockets=4,cores=1,threads=2"]
     assert values(cmd, "-cpu") == ["max,vendor=GenuineIntel"]
     assert values(cmd, "-m") == ["4096M"]
@@ -86,14 +74,14 @@ def test_qemu_command_for_four_nodes_with_smt(tmp_path: Path) -> None:
 
 
 def test_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
-    args = vm_run.parse_args(["--work", str(tmp_path), "--", "true"])
-    cmd = vm_run.qemu_command(args, "kvm", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)
+    args = vm.parse_args(["--work", str(tmp_path), "--", "true"])
+    cmd = vm.qemu_command(args, "kvm", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)
     assert values(cmd, "-accel") == ["kvm"]
     assert values(cmd, "-cpu") == ["host"]
 
 
 def test_initramfs_archive_lists_with_cpio() -> None:
-    archive = vm_run.cpio_newc(
+    archive = vm.cpio_newc(
         [
             ("bin", 0o040755, b"", 0),
             ("bin/tool", 0o100755, b"#!/bin/sh\n", 0),
@@ -116,7 +104,7 @@ def test_console_lines_before_ready_lose_their_cr_and_the_ready_line_is_taken_ou
     os.write(write_end, b"init: note\r\nvm-run: guest ready 2.5\r\nhello\r\nprogress...")
     os.close(write_end)
     now = time.monotonic()
-    boot, finished = vm_run.stream(read_end, now, now + 60, now + 60)
+    boot, finished = vm.stream(read_end, now, now + 60, now + 60)
     os.close(read_end)
     assert finished
     assert boot is not None
@@ -127,7 +115,7 @@ def test_a_silent_guest_times_out() -> None:
     read_end, write_end = os.pipe()
     try:
         now = time.monotonic()
-        assert vm_run.stream(read_end, now, now, now + 60) == (None, False)
+        assert vm.stream(read_end, now, now, now + 60) == (None, False)
     finally:
         os.close(read_end)
         os.close(write_end)
@@ -139,7 +127,7 @@ def test_a_guest_not_ready_by_the_boot_deadline_is_given_up_on_before_the_deadli
     try:
         os.write(write_end, b"[   28.86] watchdog: BUG: soft lockup - CPU#1 stuck for 26s!\n")
         now = time.monotonic()
-        assert vm_run.stream(read_end, now, now + 3600, now + 0.2) == (None, False)
+        assert vm.stream(read_end, now, now + 3600, now + 0.2) == (None, False)
         assert time.monotonic() - now < 60
     finally:
         os.close(read_end)

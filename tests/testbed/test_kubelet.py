@@ -10,8 +10,8 @@ import pytest
 
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
-from podlevel.testbed.cri import Resources
-from podlevel.testbed.kubelet import container_resources, sandbox_resources
+from testbed.cri import Resources
+from testbed.kubelet import container_resources, sandbox_resources
 
 MI = 2**20
 PERIOD = 100_000

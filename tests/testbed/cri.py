@@ -23,7 +23,7 @@ from podlevel._proto.cri import api_pb2 as pb
 from podlevel._proto.cri import api_pb2_grpc as pb_grpc
 from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.quantity import bytes_of, milli_cpu
-from podlevel.testbed.images import BUSYBOX_IMAGE
+from testbed.images import BUSYBOX_IMAGE
 
 CRI_VERSION: Final = "v1"
 DEFAULT_TIMEOUT_S: Final = 60.0

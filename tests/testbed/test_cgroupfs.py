@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from podlevel.testbed.cgroupfs import is_cgroup2, read_cgroup
+from testbed.cgroupfs import is_cgroup2, read_cgroup
 
 CGROUP = "/nri-podlevel-test-0.slice/kubepods/podu/ctr"
 

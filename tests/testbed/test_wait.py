@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podlevel.testbed.wait import DeadlineExceeded, wait_until
+from testbed.wait import DeadlineExceeded, wait_until
 
 
 def test_returns_first_truthy_result() -> None:

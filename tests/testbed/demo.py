@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 from podlevel.podspec.manifest import load_pods
-from podlevel.testbed.cgroupfs import cpus_allowed_list, read_cgroup
-from podlevel.testbed.containerd import FLAVOURS, Containerd
-from podlevel.testbed.cri import CRI, CRIError
-from podlevel.testbed.kubelet import start_pod
-from podlevel.testbed.plugin_process import PluginProcess
+from testbed import CHECKOUT
+from testbed.cgroupfs import cpus_allowed_list, read_cgroup
+from testbed.containerd import FLAVOURS, Containerd
+from testbed.cri import CRI, CRIError
+from testbed.kubelet import start_pod
+from testbed.plugin_process import PluginProcess
 
-TOP = Path(__file__).resolve().parents[3]
-DEFAULT_PODS = TOP / "deploy" / "demo" / "pods-2cpu.yaml"
+DEFAULT_PODS = CHECKOUT / "deploy" / "demo" / "pods-2cpu.yaml"
 
 
 def report(cri: CRI, pod_name: str, containers: dict[str, str]) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from podlevel.testbed.containerd import Containerd, ContainerdError, shim_socket
-from podlevel.testbed.images import PAUSE_IMAGE
+from testbed.containerd import Containerd, ContainerdError, shim_socket
+from testbed.images import PAUSE_IMAGE
 
 
 def _strings(node: Any) -> list[str]:

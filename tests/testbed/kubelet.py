@@ -43,9 +43,9 @@ from dataclasses import dataclass, field, replace
 from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, QOSClass, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.testbed.cri import CRI, pod_cgroup_parent
-from podlevel.testbed.cri import Resources as CRIResources
-from podlevel.testbed.wait import wait_until
+from testbed.cri import CRI, pod_cgroup_parent
+from testbed.cri import Resources as CRIResources
+from testbed.wait import wait_until
 
 LONG_RUNNING = ("sleep", "86400")
 RUN_TO_COMPLETION = ("true",)

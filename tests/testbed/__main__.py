@@ -1,4 +1,4 @@
-"""`python -m podlevel.testbed` (wrapped by hack/containerd-env): the test bed for humans, CI and the demo.
+"""`python -m testbed` (wrapped by hack/containerd-env): the test bed for humans, CI and the demo.
 
 `up` leaves containerd running after the command exits and prints shell assignments (`eval "$(...)"`)
 naming its sockets; `down` in a later process finds it again through the PID file under the base
@@ -13,9 +13,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from podlevel.testbed.containerd import FLAVOURS, Containerd, ContainerdError, default_base
-from podlevel.testbed.cri import CRIError
-from podlevel.testbed.images import ImageError
+from testbed.containerd import FLAVOURS, Containerd, ContainerdError, default_base
+from testbed.cri import CRIError
+from testbed.images import ImageError
 
 
 def _describe(ctrd: Containerd) -> dict[str, str]:

@@ -10,7 +10,7 @@ import struct
 import tarfile
 from pathlib import Path
 
-from podlevel.testbed.images import ImageSpec, is_static_elf, manifest_digest, oci_archive
+from testbed.images import ImageSpec, is_static_elf, manifest_digest, oci_archive
 
 
 def _spec(tmp_path: Path) -> ImageSpec:

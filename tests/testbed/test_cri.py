@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from podlevel.testbed.cri import CRI, Resources, pod_cgroup_parent
+from testbed.cri import CRI, Resources, pod_cgroup_parent
 
 
 @pytest.mark.parametrize(

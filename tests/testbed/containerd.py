@@ -33,15 +33,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from podlevel.testbed import images
-from podlevel.testbed.cri import CRI, CRIError, pod_cgroup_parent
-from podlevel.testbed.wait import DeadlineExceeded, wait_until
+from testbed import CHECKOUT, images
+from testbed.cri import CRI, CRIError, pod_cgroup_parent
+from testbed.wait import DeadlineExceeded, wait_until
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[3]
-CACHE_DIR: Final = REPO_ROOT / ".cache"
-FETCH_DEBS: Final = REPO_ROOT / "hack" / "fetch-debs"
+CACHE_DIR: Final = CHECKOUT / ".cache"
+FETCH_DEBS: Final = CHECKOUT / "hack" / "fetch-debs"
 HOST_RUNC: Final = Path("/usr/sbin/runc")
 CRI_NAMESPACE: Final = "k8s.io"
 SHIM_BINARY: Final = "containerd-shim-runc-v2"
