@@ -1,10 +1,10 @@
 """Read back what runc (or the plugin) wrote into a cgroup, on cgroup v1 (incl. hybrid) or pure v2.
 
-This is the tests' independent oracle: it reads the files directly and does not share code with the
-plugin's own `cgroups` adapter. Paths are cgroup paths as runc uses them (the OCI spec's cgroupsPath or a
-pod's cgroup parent, e.g. `/nri-podlevel-test-1a2b3c4d.slice/kubepods/pod<uid>/<container id>`). On v1
-each controller has its own hierarchy under /sys/fs/cgroup/<controller>; on v2 (/sys/fs/cgroup is
-cgroup2) one tree holds every file. Unlimited values read as None, whichever version spells them.
+This is the tests' independent oracle: it reads the files directly and shares no code with the plugin.
+Paths are cgroup paths as runc uses them (the OCI spec's cgroupsPath or a pod's cgroup parent, e.g.
+`/nri-podlevel-test-1a2b3c4d.slice/kubepods/pod<uid>/<container id>`). On v1 each controller has its own
+hierarchy under /sys/fs/cgroup/<controller>; on v2 (/sys/fs/cgroup is cgroup2) one tree holds every file.
+Unlimited values read as None, whichever version spells them.
 """
 
 from __future__ import annotations
