@@ -1,4 +1,4 @@
-"""Benchmarks: print one JSON object of numbers (DESIGN.md "Measurements"). Tests never assert times.
+"""Benchmarks: print one JSON object of numbers (README "Measurements"). Tests never assert times.
 
 Engine part (`engine_*` keys): a synthetic large node (2 sockets x 4 NUMA nodes x 16 cores x 2 threads =
 256 CPUs), the default engine settings (scope pod, single-numa-node, static CPU, Static memory), filled to
@@ -81,7 +81,8 @@ def _resources(cpu: int, memory: int, *, guaranteed: bool = True) -> Resources:
 
 
 def _pod_level(uid: str) -> Pod:
-    """The seed's shape: a 2 CPU budget, one exclusive CPU for the app, a sidecar in the pod shared pool."""
+    """The documentation's pod-scope shape: a 2 CPU budget, one exclusive CPU for the app, a sidecar in
+    the pod shared pool."""
     return Pod(
         uid=uid,
         name=uid,

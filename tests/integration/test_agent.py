@@ -24,10 +24,11 @@ import pytest
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
+from podlevel.podspec.runtime import linux_resources
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
-from testbed.kubelet import LONG_RUNNING, cri_resources, start_pod
+from testbed.kubelet import LONG_RUNNING, start_pod
 from testbed.plugin_process import PluginProcess
 from testbed.wait import wait_until
 
@@ -178,7 +179,7 @@ def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugi
     )
     with pytest.raises(CRIError) as refused:
         cri.run_container(sandbox, "main-app", command=list(LONG_RUNNING),
-                          resources=cri_resources(fast.containers[0].resources))
+                          resources=Resources.of(linux_resources(fast.containers[0].resources)))
     assert refused.value.method == "CreateContainer"
     assert "InvalidArgument" in refused.value.details and SHAPE_ANNOTATION in refused.value.details
     assert "cpu_shares 1024" in refused.value.details and "carries 102" in refused.value.details

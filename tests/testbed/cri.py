@@ -2,7 +2,7 @@
 
 It fills requests the way a kubelet does where that matters to the plugin: pods get a cgroup parent and
 pod-level resources in `PodSandboxConfig.linux.resources`, containers get LinuxContainerResources computed
-from requests and limits (`Resources.kubelet`), and CreateContainer carries the sandbox config. Pods are
+from requests and limits (`podspec.runtime`), and CreateContainer carries the sandbox config. Pods are
 host-network (the test bed has no CNI) and have no hostname, which runc refuses to set without a private
 UTS namespace. Every RPC has a deadline; failures raise CRIError naming the call and the runtime's reason.
 """
@@ -21,8 +21,10 @@ import grpc
 
 from podlevel._proto.cri import api_pb2 as pb
 from podlevel._proto.cri import api_pb2_grpc as pb_grpc
-from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
+from podlevel.engine.pod import CPU, MEMORY
+from podlevel.engine.pod import Resources as PodResources
 from podlevel.engine.quantity import bytes_of, milli_cpu
+from podlevel.podspec.runtime import RuntimeResources, linux_resources
 from testbed.images import BUSYBOX_IMAGE
 
 CRI_VERSION: Final = "v1"
@@ -66,25 +68,21 @@ class Resources:
     unified: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def kubelet(cls, cpu_request: str | int | None = None, cpu_limit: str | int | None = None,
-                memory_limit: str | int | None = None, *, cpuset_cpus: str = "",
-                cpuset_mems: str = "") -> Resources:
-        """What a kubelet with CFS quota on puts into CRI for these requests/limits (container or pod level).
+    def of(cls, sent: RuntimeResources, *, cpuset_cpus: str = "", cpuset_mems: str = "") -> Resources:
+        return cls(cpu_shares=sent.cpu_shares, cpu_quota=sent.cpu_quota, cpu_period=sent.cpu_period,
+                   memory_limit=sent.memory_limit, cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems)
 
-        A limit without a request implies request = limit, as API defaulting does. shares =
-        request millicores * 1024 / 1000 (2 to 262144, 2 also when nothing is requested); quota = limit
-        millicores * period / 1000 (at least 1000 us), only when a CPU limit is set.
-        """
-        if cpu_request is None:
-            cpu_request = cpu_limit
-        shares = milli_cpu_to_shares(milli_cpu(cpu_request) if cpu_request is not None else 0)
-        quota = period = 0
-        if cpu_limit is not None:
-            period = CFS_PERIOD_US
-            quota = milli_cpu_to_quota(max(1, milli_cpu(cpu_limit)), period)
-        memory = bytes_of(memory_limit) if memory_limit is not None else 0
-        return cls(cpu_shares=shares, cpu_quota=quota, cpu_period=period, memory_limit=memory,
-                   cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems)
+    @classmethod
+    def kubelet(cls, cpu_request: str | None = None, cpu_limit: str | None = None,
+                memory_limit: str | None = None, *, cpuset_cpus: str = "",
+                cpuset_mems: str = "") -> Resources:
+        """What a kubelet puts into CRI for these requests and limits (`podspec.runtime.linux_resources`)."""
+        requests = {CPU: milli_cpu(cpu_request)} if cpu_request is not None else {}
+        limits = {CPU: milli_cpu(cpu_limit)} if cpu_limit is not None else {}
+        if memory_limit is not None:
+            limits[MEMORY] = bytes_of(memory_limit)
+        return cls.of(linux_resources(PodResources(requests, limits)),
+                      cpuset_cpus=cpuset_cpus, cpuset_mems=cpuset_mems)
 
     def to_proto(self) -> pb.LinuxContainerResources:
         return pb.LinuxContainerResources(

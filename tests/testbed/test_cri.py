@@ -1,5 +1,6 @@
 """Test bed CRI resources: `Resources.kubelet` converts requests/limits the way the kubelet does (vectors
-from the kubelet's MilliCPUToShares/MilliCPUToQuota rules) and survives the protobuf round trip."""
+from the kubelet's MilliCPUToShares/MilliCPUToQuota rules; the period goes with or without a limit) and
+survives the protobuf round trip."""
 
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from testbed.cri import CRI, Resources, pod_cgroup_parent
             "1Gi",
             Resources(cpu_shares=2048, cpu_quota=200000, cpu_period=100000, memory_limit=1 << 30),
         ),
-        ("100m", None, None, Resources(cpu_shares=102)),
+        ("100m", None, None, Resources(cpu_shares=102, cpu_period=100000)),
         (None, "3", None, Resources(cpu_shares=3072, cpu_quota=300000, cpu_period=100000)),
-        (None, None, None, Resources(cpu_shares=2)),
+        (None, None, None, Resources(cpu_shares=2, cpu_period=100000)),
         ("1m", "1m", None, Resources(cpu_shares=2, cpu_quota=1000, cpu_period=100000)),
     ],
     ids=[

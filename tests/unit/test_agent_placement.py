@@ -10,25 +10,22 @@ from types import MappingProxyType
 
 import pytest
 from agent_pods import fast_path, guaranteed, new_engine
+from kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 from podlevel.agent.placement import (
     Observed,
     Placement,
-    RuntimeResources,
     Sandbox,
     Settings,
     claimed_container,
     claimed_sandbox,
-    expected_runtime,
 )
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from testbed import cri
-from testbed.kubelet import container_resources, sandbox_resources
-from testbed.test_kubelet import KUBELET_CASES, Case, pod_of
+from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
@@ -291,7 +288,7 @@ def test_shape_claiming_more_than_the_runtime_carries_is_an_input_error() -> Non
     placement.create(unmanaged(), "web-1", "server")
     before = snapshot(placement)
     pod = fast_path()
-    honest = expected_runtime(pod.resources, 100_000)
+    honest = linux_resources(pod.resources, 100_000)
     two_cpus_less = replace(honest, cpu_quota=honest.cpu_quota - 200_000)
     with pytest.raises(InputError) as raised:
         placement.create(replace(sandbox_of(pod), resources=two_cpus_less), "fast-app", "app")
@@ -303,18 +300,14 @@ def test_shape_claiming_more_than_the_runtime_carries_is_an_input_error() -> Non
 
     app = pod.container("app")
     assert app is not None
-    lying = replace(expected_runtime(app.resources, 100_000), memory_limit=1)
+    lying = replace(linux_resources(app.resources, 100_000), memory_limit=1)
     with pytest.raises(InputError, match=r"container app: .* memory_limit"):
         placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", lying)
     assert snapshot(placement) == before
 
-    truthful = expected_runtime(app.resources, 100_000)
+    truthful = linux_resources(app.resources, 100_000)
     settings, _ = placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", truthful)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
-
-
-def runtime_of(sent: cri.Resources) -> RuntimeResources:
-    return RuntimeResources(sent.cpu_shares, sent.cpu_quota, sent.cpu_period, sent.memory_limit)
 
 
 @pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())
@@ -323,9 +316,9 @@ def test_pod_as_a_kubelet_sends_it_is_admitted(case: Case) -> None:
     partial container limits summed on the sandbox), a truthful shape passes the check."""
     pod = pod_of(case.spec)
     placement = Placement(new_engine())
-    sandbox = replace(sandbox_of(pod), resources=runtime_of(sandbox_resources(pod)))
+    sandbox = replace(sandbox_of(pod), resources=sandbox_resources(pod))
     for container in pod.all_containers:
-        sent = runtime_of(container_resources(pod, container))
+        sent = container_resources(pod, container)
         settings, _ = placement.create(sandbox, f"{pod.name}-{container.name}", container.name, sent)
         assert settings.cpus
     assert pod.uid in placement.state.pods
@@ -336,7 +329,7 @@ def test_pod_whose_runtime_values_differ_from_its_shape_is_refused(case: Case) -
     """Every value the check compares has teeth: one unit off on the sandbox, or on a container that sets
     its own CPU and memory limits, and the pod is refused before anything is reserved."""
     pod = pod_of(case.spec)
-    honest = runtime_of(sandbox_resources(pod))
+    honest = sandbox_resources(pod)
     claimed = claimed_sandbox(pod, 100_000)
     compared = [f for f in ("cpu_shares", "cpu_quota", "memory_limit") if getattr(claimed, f)]
     first = pod.all_containers[0]
@@ -349,7 +342,7 @@ def test_pod_whose_runtime_values_differ_from_its_shape_is_refused(case: Case) -
     for container in pod.all_containers:
         if claimed_container(pod, container.name, 100_000) is None:
             continue
-        sent = runtime_of(container_resources(pod, container))
+        sent = container_resources(pod, container)
         placement = Placement(new_engine())
         with pytest.raises(InputError, match=rf"container {container.name}: .* memory_limit"):
             placement.create(replace(sandbox_of(pod), resources=honest), "p-c", container.name,
@@ -363,8 +356,8 @@ def test_quota_lifted_for_exclusive_cpus_is_not_a_claim() -> None:
     pod = fast_path()
     app = pod.container("app")
     assert pod.resources is not None and app is not None
-    lifted = replace(expected_runtime(pod.resources, 100_000), cpu_quota=-1)
-    app_lifted = replace(expected_runtime(app.resources, 100_000), cpu_quota=-1)
+    lifted = replace(linux_resources(pod.resources, 100_000), cpu_quota=-1)
+    app_lifted = replace(linux_resources(app.resources, 100_000), cpu_quota=-1)
     settings, _ = Placement(new_engine()).create(
         replace(sandbox_of(pod), resources=lifted), "fast-app", "app", app_lifted
     )

@@ -27,26 +27,17 @@ No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its ans
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares
+from podlevel.engine.cfs import CFS_PERIOD_US
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import UNLIMITED_QUOTA, Assignment, Engine, NodeState
-from podlevel.engine.pod import CPU, MEMORY, Pod, Resources
+from podlevel.engine.pod import CPU, MEMORY, Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeResources:
-    """CPU and memory settings as the kubelet hands them to the runtime; 0 means not set."""
-
-    cpu_shares: int = 0
-    cpu_quota: int = 0
-    cpu_period: int = 0
-    memory_limit: int = 0
+from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +49,7 @@ class Sandbox:
     name: str
     namespace: str
     annotations: Mapping[str, str]
-    resources: RuntimeResources = RuntimeResources()
+    resources: RuntimeResources = field(default_factory=RuntimeResources)
     """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
 
 
@@ -106,45 +97,35 @@ def pod_shape(sandbox: Sandbox) -> Pod | None:
     return from_annotation(text, name=sandbox.name, namespace=sandbox.namespace, uid=sandbox.uid)
 
 
-def expected_runtime(resources: Resources, period: int) -> RuntimeResources:
-    """What a kubelet with CFS quota on passes to the runtime for these requests and limits
-    (`MilliCPUToShares`, `MilliCPUToQuota`); 0 where the resources say nothing."""
-    limit = resources.limits.get(CPU, 0)
+def claimed_sandbox(pod: Pod, period: int) -> RuntimeResources:
+    """The sandbox values the check compares, of what the kubelet sends for the pod a shape describes: the
+    fields the pod level decides (CPU shares and quota from a pod-level CPU budget, the memory limit from a
+    pod-level memory limit). Without pod-level resources only the shares, the containers' peak CPU request.
+    The other fields stay 0 (not compared): the kubelet takes them from the containers' sums, and the check
+    trusts only what the pod's own budget fixes."""
+    sent = sandbox_resources(pod, period)
+    if pod.resources is None:
+        return RuntimeResources(cpu_shares=sent.cpu_shares)
+    cpu = CPU in pod.resources.requests or CPU in pod.resources.limits
     return RuntimeResources(
-        milli_cpu_to_shares(resources.request(CPU)) if CPU in resources.requests or limit else 0,
-        milli_cpu_to_quota(limit, period),
-        period if limit else 0,
-        resources.limits.get(MEMORY, 0),
+        cpu_shares=sent.cpu_shares if cpu else 0,
+        cpu_quota=sent.cpu_quota if CPU in pod.resources.limits else 0,
+        memory_limit=sent.memory_limit if MEMORY in pod.resources.limits else 0,
     )
 
 
-def claimed_sandbox(pod: Pod, period: int) -> RuntimeResources:
-    """What the kubelet puts on the sandbox of the pod a shape describes, where that is unambiguous: the
-    pod-level values it declares (the kubelet takes the resources the pod level leaves out from the
-    containers' sums, partial limits included, so those stay 0), else the containers' peak CPU request
-    (shares only)."""
-    if pod.resources is not None:
-        return expected_runtime(pod.resources, period)
-    return RuntimeResources(cpu_shares=milli_cpu_to_shares(pod.aggregate_request(CPU)))
-
-
 def claimed_container(pod: Pod, name: str, period: int) -> RuntimeResources | None:
-    """What the kubelet puts on a container that declares its own CPU and memory limits (the ones that can
+    """What the kubelet sends for a container that declares its own CPU and memory limits (the ones that can
     claim exclusive CPUs); None for the others, whose values the kubelet derives from the pod's."""
     container = pod.container(name)
     if container is None or not {CPU, MEMORY} <= container.resources.limits.keys():
         return None
-    return expected_runtime(container.resources, period)
+    return container_resources(pod, container, period)
 
 
 def kubelet_quota(pod: Pod, name: str, period: int) -> int | None:
-    """The CFS quota the kubelet gives a container: its own CPU limit, else the pod-level one; None (leave
-    it) when neither sets one."""
-    container = pod.container(name)
-    limit = container.resources.limits.get(CPU, 0) if container is not None else 0
-    if not limit and pod.resources is not None:
-        limit = pod.resources.limits.get(CPU, 0)
-    return milli_cpu_to_quota(limit, period) or None
+    """The CFS quota the kubelet gives a container; None (leave it) when it sets none."""
+    return container_resources(pod, pod.container(name), period).cpu_quota or None
 
 
 def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str) -> None:

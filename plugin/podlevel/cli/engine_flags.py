@@ -1,7 +1,8 @@
 """The engine's command-line flags, shared by every command that builds an engine (`simulate`, `run`), so the
 same setting has the same name and default everywhere.
 
-Defaults, chosen so the seed's pods run on a described node with no other flag:
+Defaults, chosen so the Kubernetes documentation's example pods (`deploy/examples/`) run on a described node
+with no other flag:
 - scope `pod`, topology policy `single-numa-node`, CPU policy `static`, memory policy `Static`;
 - reserved CPUs: the first physical core (CPU 0 and its SMT siblings), the usual `reservedSystemCPUs`
   choice; the static policy needs at least one reserved CPU, as the kubelet's does;

@@ -59,6 +59,12 @@ class _SettingsParser(argparse.ArgumentParser):
 
 
 def _settings_parser(*, suppress_defaults: bool = False) -> _SettingsParser:
+    """The run parser; with `suppress_defaults`, only the settings actually given end up in the namespace.
+
+    The environment and the config file are fed through this same parser, so it is walked through
+    `parser._actions` (argparse's list of the flags it knows, private but stable since Python 3.2 and the
+    only way to enumerate them) rather than through a second table of flags that could drift.
+    """
     parser = _SettingsParser(prog="nri-podlevel run", add_help=False)
     add_arguments(parser)
     if suppress_defaults:

@@ -1,5 +1,16 @@
 """`nri-podlevel simulate`: admit Pod manifests, in order, on a described node with the plugin's own engine
-and print the decisions — one JSON object with `--json` (the DESIGN.md contract), tables otherwise.
+and print the decisions — tables, or with `--json` one JSON object that scripts rely on:
+
+  {"topology": {"cpus": "0-15", "numa_nodes": {"0": "0-3,8-11", ...}},
+   "pods": [{"name": ..., "namespace": ..., "admitted": true|false,
+             "error": null | {"type": "TopologyAffinityError|EmptyPodSharedPoolError|...", "message": ...},
+             "bubble": {"cpus": "2-5", "mems": "0"} | null,
+             "containers": [{"name": ..., "kind": "init|sidecar|app",
+                             "assignment": "pod_exclusive|pod_shared|node_exclusive|node_shared",
+                             "cpus": "2-3", "mems": "0", "cpu_quota_us": -1 | N, "cpu_period_us": N}]}],
+   "node_shared_pool": "0-1,6-15"}
+
+CPU and node sets are Linux list strings (`0-3,8`); a refused pod has no bubble and reserves nothing.
 
 Decisions are printed as they stand after the last pod: shared pools are what every admitted pod leaves,
 exactly what `run` would hand the runtime at that moment. Exit status: 0 when every pod was admitted, 1 when
@@ -9,7 +20,6 @@ any was refused, 2 on bad input (flags, topology, manifests); nothing is printed
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -25,6 +35,7 @@ from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.podspec.manifest import load_pods
+from podlevel.sysfs import read_topology
 
 SYSFS_PREFIX = "sysfs="
 EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
@@ -65,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_topology(spec: str) -> Topology:
     if spec.startswith(SYSFS_PREFIX):
-        sysfs = importlib.import_module("podlevel.sysfs")
-        topology: Topology = sysfs.read_topology(spec.removeprefix(SYSFS_PREFIX))
-        return topology
+        return read_topology(spec.removeprefix(SYSFS_PREFIX))
     return from_spec(spec)
 
 

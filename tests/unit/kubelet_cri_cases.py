@@ -1,25 +1,23 @@
-"""testbed.kubelet: the CRI resources a kubelet 1.34+ with PodLevelResources sends for a pod, per sandbox and
-per container (rules and sources in the module docstring), as table-driven vectors worked out by hand."""
+"""What a kubelet 1.34+ with PodLevelResources sends over CRI for a pod, per sandbox and per container
+(rules and sources in `podlevel.podspec.runtime`), as table-driven vectors worked out by hand. Shared by the
+model's own tests and the agent's shape-check tests."""
 
 from __future__ import annotations
 
 from textwrap import dedent, indent
 from typing import NamedTuple
 
-import pytest
-
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
-from testbed.cri import Resources
-from testbed.kubelet import container_resources, sandbox_resources
+from podlevel.podspec.runtime import RuntimeResources
 
 MI = 2**20
 PERIOD = 100_000
 
 
-def cri(shares: int, quota: int = 0, memory_mi: int = 0) -> Resources:
+def cri(shares: int, quota: int = 0, memory_mi: int = 0) -> RuntimeResources:
     """What the kubelet sends: the period goes along whether or not there is a quota."""
-    return Resources(cpu_shares=shares, cpu_quota=quota, cpu_period=PERIOD, memory_limit=memory_mi * MI)
+    return RuntimeResources(shares, quota, PERIOD, memory_mi * MI)
 
 
 def pod_of(spec: str) -> Pod:
@@ -29,8 +27,8 @@ def pod_of(spec: str) -> Pod:
 
 class Case(NamedTuple):
     spec: str
-    sandbox: Resources
-    containers: dict[str, Resources]
+    sandbox: RuntimeResources
+    containers: dict[str, RuntimeResources]
 
 
 KUBELET_CASES: dict[str, Case] = {
@@ -121,26 +119,3 @@ KUBELET_CASES: dict[str, Case] = {
         {"app": cri(2)},
     ),
 }
-
-
-@pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())
-def test_sandbox_resources(case: Case) -> None:
-    assert sandbox_resources(pod_of(case.spec)) == case.sandbox
-
-
-@pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())
-def test_container_resources(case: Case) -> None:
-    pod = pod_of(case.spec)
-    assert {c.name: container_resources(pod, c) for c in pod.all_containers} == case.containers
-
-
-def test_empty_pod_level_resources_are_not_pod_level() -> None:
-    """`resources: {}` is not `IsPodLevelResourcesSet`: containers keep exactly their own values."""
-    pod = pod_of("""
-        resources: {}
-        containers: [{name: app, resources: {requests: {cpu: 300m}}}]
-        """)
-    app = pod.container("app")
-    assert app is not None
-    assert container_resources(pod, app) == cri(307)
-    assert sandbox_resources(pod) == cri(307)
