@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
-from ttrpc_peer import TIMEOUT, Peer
 
 from podlevel.nri import api
 from podlevel.ttrpc.codec import Request, Response
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
+from support.ttrpc_peer import TIMEOUT, Peer
 
 PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME = "nri.pkg.api.v1alpha1.Runtime"

@@ -1,8 +1,11 @@
-"""The node and pods the agent's unit tests share: a small two-node machine and the pod-level shapes on it."""
+"""Engines and pods the tests build: a small two-node machine, the pod-level shapes on it, resources, and the
+repository's example pods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import MappingProxyType
+from typing import Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig
@@ -10,6 +13,9 @@ from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 
 MI = 2**20
+CHECKOUT: Final = Path(__file__).resolve().parents[2]
+EXAMPLES: Final = CHECKOUT / "deploy" / "examples"
+"""The Kubernetes documentation's pod-level examples."""
 # 16 CPUs: node 0 = CPUs 0-3,8-11, node 1 = CPUs 4-7,12-15; the first core (0,8) is reserved, so node 0 has
 # 6 assignable CPUs and node 1 has 8. The node shared pool starts as all 16 (the kubelet's default set).
 SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"

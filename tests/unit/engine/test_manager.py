@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -28,8 +27,8 @@ from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import Scope, TopologyPolicyName
 from podlevel.podspec.manifest import load_pods
+from support.builders import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 GI = 2**30
 MI = 2**20
 # 16 CPUs: node 0 = cores 0-3 (CPUs 0-3 and their siblings 8-11), node 1 = CPUs 4-7,12-15. The first core

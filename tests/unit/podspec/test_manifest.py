@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from podlevel.engine.errors import InputError
@@ -16,8 +14,8 @@ from podlevel.podspec.manifest import (
     pod_from_manifest,
     to_annotation,
 )
+from support.builders import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 GI = 2**30
 
 

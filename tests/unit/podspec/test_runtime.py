@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from kubelet_cri_cases import KUBELET_CASES, Case, cri, pod_of
 
 from podlevel.podspec.runtime import container_resources, sandbox_resources
+from support.kubelet_cri_cases import KUBELET_CASES, Case, cri, pod_of
 
 
 @pytest.mark.parametrize("case", KUBELET_CASES.values(), ids=KUBELET_CASES.keys())

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation, load_pods
+from support.builders import EXAMPLES
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "deploy" / "examples").glob("*.yaml"))
+EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
 
 
 def _annotate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -21,7 +22,7 @@ def _annotate(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", EXAMPLE_FILES, ids=lambda p: p.stem)
 def test_annotation_round_trips(example: Path) -> None:
     result = _annotate(str(example))
     assert result.returncode == 0, result.stderr

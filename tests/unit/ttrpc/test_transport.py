@@ -10,11 +10,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 import pytest
-from ttrpc_peer import TIMEOUT, Peer, wait_until
 
 from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
 from podlevel.ttrpc.mux import encode_frame
 from podlevel.ttrpc.transport import Handler, RpcError, Transport
+from support.ttrpc_peer import TIMEOUT, Peer, wait_until
 
 PLUGIN = "test.Plugin"
 RUNTIME = "test.Runtime"

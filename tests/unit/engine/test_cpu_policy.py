@@ -7,7 +7,6 @@ from collections.abc import Mapping
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from kubelet_topologies import DUAL_HT, DUAL_NO_HT, LARGE_HT, MULTI_NUMA_HT, SINGLE_HT, SOCKETS_PER_NUMA_HT
 
 from podlevel.engine.bitmask import iterate_masks, nodes_of
 from podlevel.engine.cpu_policy import (
@@ -28,6 +27,14 @@ from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.quantity import bytes_of, milli_cpu
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import TopologyHint
+from support.kubelet_topologies import (
+    DUAL_HT,
+    DUAL_NO_HT,
+    LARGE_HT,
+    MULTI_NUMA_HT,
+    SINGLE_HT,
+    SOCKETS_PER_NUMA_HT,
+)
 
 ANY = TopologyHint(None, True)
 INIT, SIDECAR, APP = ContainerKind.INIT, ContainerKind.SIDECAR, ContainerKind.APP

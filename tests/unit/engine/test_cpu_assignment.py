@@ -5,7 +5,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from kubelet_topologies import (
+
+from podlevel.engine.cpu_assignment import (
+    AllocationFailed,
+    CPUAccumulator,
+    CPULayout,
+    take_by_topology,
+    take_by_topology_numa_distributed,
+)
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.topology import Topology
+from support.kubelet_topologies import (
     DUAL_HT,
     DUAL_NO_HT,
     LARGE_HT,
@@ -18,17 +29,6 @@ from kubelet_topologies import (
     UNCORE_NUMA,
     UNCORE_SMT,
 )
-
-from podlevel.engine.cpu_assignment import (
-    AllocationFailed,
-    CPUAccumulator,
-    CPULayout,
-    take_by_topology,
-    take_by_topology_numa_distributed,
-)
-from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.errors import InputError
-from podlevel.engine.topology import Topology
 
 
 def accumulator(topology: Topology, available: str, *, spread: bool = False) -> CPUAccumulator:

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nri_runtime_peer import FakeRuntime, RuntimeSide
-from ttrpc_peer import TIMEOUT, wait_until
 
 from podlevel.nri import CreateResult, Handler, RuntimeInfo, Stub, UpdateFromHandlerError, UpdateResult, api
 from podlevel.nri.runtime import EVENTS_BEFORE_V0_10, EVENTS_FROM_V0_10, Event
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.mux import encode_frame
 from podlevel.ttrpc.transport import RpcError
+from support.nri_runtime_peer import FakeRuntime, RuntimeSide
+from support.ttrpc_peer import TIMEOUT, wait_until
 
 POD = api.PodSandbox(id="pod-1", name="web", uid="uid-1", namespace="default")
 CTR = api.Container(id="ctr-1", pod_sandbox_id="pod-1", name="app")

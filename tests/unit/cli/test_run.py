@@ -12,8 +12,9 @@ import yaml
 from podlevel.cli.main import build_parser
 from podlevel.cli.run import resolve
 from podlevel.engine.errors import InputError
+from support.builders import CHECKOUT
 
-DAEMONSET = Path(__file__).parents[2] / "deploy" / "daemonset.yaml"
+DAEMONSET = CHECKOUT / "deploy" / "daemonset.yaml"
 
 
 def test_daemonset_args_are_run_settings() -> None:

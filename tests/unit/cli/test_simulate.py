@@ -13,9 +13,8 @@ import pytest
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.topology import from_spec
+from support.builders import CHECKOUT, EXAMPLES
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "deploy" / "examples"
 SCRIPT = Path(sys.executable).with_name("nri-podlevel")
 SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
 POLICIES = ["none", "best-effort", "restricted", "single-numa-node"]
@@ -227,7 +226,7 @@ def test_sysfs_topology(tmp_path: Path) -> None:
         (["--topology", SMALL, "--reserved-memory", "7:memory=1Gi"], "--reserved-memory"),
         (["--topology", SMALL, "--reserved-memory", "0:memory=lots"], "--reserved-memory"),
         (["--topology", SMALL, "/no/such/pod.yaml"], "/no/such/pod.yaml"),
-        (["--topology", f"sysfs={REPO}/no-such-sysfs"], "no-such-sysfs"),
+        (["--topology", f"sysfs={CHECKOUT}/no-such-sysfs"], "no-such-sysfs"),
     ],
 )
 def test_bad_input_exits_2(args: list[str], fragment: str) -> None:

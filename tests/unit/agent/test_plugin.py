@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from agent_pods import MI, fast_path, new_engine
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, updates_of
@@ -14,6 +13,7 @@ from podlevel.nri import api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.transport import RpcError
+from support.builders import MI, fast_path, new_engine
 
 
 def sandbox(pod: Pod | None, name: str = "web") -> api.PodSandbox:

@@ -9,8 +9,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import pytest
-from agent_pods import fast_path, guaranteed, new_engine
-from kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 from podlevel.agent.placement import (
     Observed,
@@ -26,6 +24,8 @@ from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
+from support.builders import fast_path, guaranteed, new_engine
+from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
