@@ -14,9 +14,7 @@ from podlevel.agent.placement import Observed, Placement, RuntimeResources, Sand
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import UNLIMITED_QUOTA
-from podlevel.nri import CreateResult, Handler, RuntimeInfo, UpdateResult, api
-from podlevel.ttrpc.codec import Code
-from podlevel.ttrpc.transport import RpcError
+from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
 
 log = logging.getLogger("podlevel.agent")
 
