@@ -60,7 +60,7 @@ from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.nri import CreateResult, Stub, api
-from podlevel.nri.stub import PLUGIN_SERVICE
+from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.ttrpc.codec import Connection, Inbound, Request, Response
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN

@@ -14,7 +14,7 @@ from ttrpc_peer import TIMEOUT, Peer, wait_until
 
 from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
 from podlevel.ttrpc.mux import encode_frame
-from podlevel.ttrpc.transport import Handler, RpcError, Transport
+from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 
 PLUGIN = "test.Plugin"
 RUNTIME = "test.Runtime"
@@ -28,7 +28,7 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(bounded())
 
 
-def echo(prefix: bytes) -> Handler:
+def echo(prefix: bytes) -> RequestHandler:
     async def handler(request: Request) -> bytes:
         return prefix + request.payload
 
@@ -36,7 +36,8 @@ def echo(prefix: bytes) -> Handler:
 
 
 async def transports(
-    plugin_handlers: dict[tuple[str, str], Handler], runtime_handlers: dict[tuple[str, str], Handler]
+    plugin_handlers: dict[tuple[str, str], RequestHandler],
+    runtime_handlers: dict[tuple[str, str], RequestHandler],
 ) -> tuple[Transport, Transport]:
     a, b = socket.socketpair()
     plugin = await Transport.from_socket(a, plugin_handlers, serve_conn=1, call_conn=2, name="plugin")
@@ -44,7 +45,7 @@ async def transports(
     return plugin, runtime
 
 
-async def peer_and_transport(handlers: dict[tuple[str, str], Handler]) -> tuple[Peer, Transport]:
+async def peer_and_transport(handlers: dict[tuple[str, str], RequestHandler]) -> tuple[Peer, Transport]:
     """A codec-level runtime peer and the plugin-side transport under test."""
     a, b = socket.socketpair()
     transport = await Transport.from_socket(a, handlers, name="plugin")
@@ -119,7 +120,7 @@ def test_unknown_method_or_service_answers_unimplemented(service: str, method: s
     run(main())
 
 
-def raising(exc: Exception) -> Handler:
+def raising(exc: Exception) -> RequestHandler:
     async def handler(request: Request) -> bytes:
         raise exc
 

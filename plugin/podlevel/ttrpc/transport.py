@@ -37,7 +37,7 @@ READ_CHUNK: Final = 256 << 10
 # outbound size limit.
 MAX_STATUS_MESSAGE: Final = 16 << 10
 
-Handler = Callable[[Request], Awaitable[bytes]]
+RequestHandler = Callable[[Request], Awaitable[bytes]]
 """Serves one request: returns the serialized reply message, or raises RpcError to answer with a status."""
 
 
@@ -57,7 +57,7 @@ class Transport:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
         serve_conn: int = PLUGIN_SERVICE_CONN,
         call_conn: int = RUNTIME_SERVICE_CONN,
@@ -79,7 +79,7 @@ class Transport:
     async def open_unix(
         cls,
         path: str,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
         serve_conn: int = PLUGIN_SERVICE_CONN,
         call_conn: int = RUNTIME_SERVICE_CONN,
@@ -93,7 +93,7 @@ class Transport:
     async def from_socket(
         cls,
         sock: socket.socket,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
         serve_conn: int = PLUGIN_SERVICE_CONN,
         call_conn: int = RUNTIME_SERVICE_CONN,
