@@ -44,8 +44,8 @@ from podlevel.testbed import cgroupfs
 from podlevel.testbed.containerd import Containerd
 from podlevel.testbed.cri import CRI, CRIError, Resources
 from podlevel.testbed.wait import wait_until
-from podlevel.ttrpc.codec import Code, Connection, Request, Response
-from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, encode_frame
+from podlevel.ttrpc.codec import Code, Connection, Request, Response, Role
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, encode_frame
 from podlevel.ttrpc.transport import RpcError
 
 pytestmark = pytest.mark.integration
@@ -278,7 +278,7 @@ class RuntimeEnd:
     def __init__(self, sock: socket.socket) -> None:
         sock.settimeout(SOCKET_TIMEOUT_S)
         self.sock = sock
-        self.codec = Connection(serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN)
+        self.codec = Connection(Role.RUNTIME)
         self._inbox: list[Request | Response] = []
 
     def _next(self) -> Request | Response:

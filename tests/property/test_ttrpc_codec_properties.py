@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podlevel.ttrpc.codec import Code, Connection, Inbound, MessageType, Request, Response
+from podlevel.ttrpc.codec import Code, Connection, Inbound, MessageType, Request, Response, Role
 from podlevel.ttrpc.errors import ProtocolError
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, FrameDecoder, encode_frame
 
@@ -29,11 +29,11 @@ payloads = st.binary(max_size=600)
 
 
 def plugin() -> Connection:
-    return Connection(serve_conn=PLUGIN_SERVICE_CONN, call_conn=RUNTIME_SERVICE_CONN)
+    return Connection(Role.PLUGIN)
 
 
 def runtime() -> Connection:
-    return Connection(serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN)
+    return Connection(Role.RUNTIME)
 
 
 @st.composite
