@@ -20,19 +20,14 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from google.protobuf.message import DecodeError
 
 from podlevel._proto.ttrpc import ttrpc_pb2
+from podlevel.ttrpc._buffer import RecordBuffer
 from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
-from podlevel.ttrpc.mux import (
-    PLUGIN_SERVICE_CONN,
-    RUNTIME_SERVICE_CONN,
-    FrameDecoder,
-    frame_message,
-    take_records,
-)
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, FrameDecoder, frame_message
 
 MESSAGE_HEADER_SIZE: Final = 10
 
@@ -137,20 +132,21 @@ class Rejected:
 Inbound = Request | Response | Rejected
 
 
-class _StreamDecoder:
-    """One conn's byte stream -> (stream id, type, body) for each whole ttrpc message."""
+class _MessageHeader(NamedTuple):
+    length: int
+    stream_id: int
+    msg_type: int
+    flags: int
 
-    def __init__(self, conn_id: int) -> None:
-        self._conn_id = conn_id
-        self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        self._buffer += data
-        records = take_records(self._buffer, _HEADER, 0, MAX_INBOUND_MESSAGE, self._describe)
-        return [(header[1], header[2], body) for header, body in records]
-
-    def _describe(self, header: tuple[int, ...]) -> str:
-        return f"ttrpc message on conn {self._conn_id} stream {header[1]}"
+def _message_buffer(conn_id: int) -> RecordBuffer[_MessageHeader]:
+    """One conn's byte stream, handing out whole ttrpc messages."""
+    return RecordBuffer(
+        _HEADER,
+        _MessageHeader._make,
+        limit=MAX_INBOUND_MESSAGE,
+        describe=lambda header: f"ttrpc message on conn {conn_id} stream {header.stream_id}",
+    )
 
 
 class Connection:
@@ -160,7 +156,7 @@ class Connection:
         self.role = role
         self.dropped_frames = 0
         self._frames = FrameDecoder()
-        self._streams = {conn: _StreamDecoder(conn) for conn in (role.serve_conn, role.call_conn)}
+        self._streams = {conn: _message_buffer(conn) for conn in (role.serve_conn, role.call_conn)}
         self._last_served = 0
         self._next_call = 1
         self._failure: ProtocolError | None = None
@@ -185,11 +181,11 @@ class Connection:
             if stream is None:
                 self.dropped_frames += 1
                 continue
-            for stream_id, msg_type, body in stream.feed(frame.payload):
+            for header, body in stream.feed(frame.payload):
                 if frame.conn_id == self.role.serve_conn:
-                    out.append(self._inbound_request(stream_id, msg_type, body))
+                    out.append(self._inbound_request(header.stream_id, header.msg_type, body))
                 else:
-                    out.append(self._inbound_response(stream_id, msg_type, body))
+                    out.append(self._inbound_response(header.stream_id, header.msg_type, body))
         return out
 
     def _inbound_request(self, stream_id: int, msg_type: int, body: bytes) -> Request | Rejected:
