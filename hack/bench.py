@@ -60,10 +60,9 @@ from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.nri import CreateResult, Stub, api
-from podlevel.nri.stub import PLUGIN_SERVICE
+from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.ttrpc.codec import Connection, Inbound, Request, Response
-from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
+from podlevel.ttrpc.codec import Connection, Inbound, Request, Response, Role
 
 TOPOLOGY = "sockets=2,nodes-per-socket=4,cores-per-node=16,threads-per-core=2,memory-per-node=64Gi"
 LIVE_PODS = 500
@@ -269,7 +268,7 @@ class LaunchedPlugin:
             stderr=self._stderr,
         )
         plugin_end.close()
-        self.conn = Connection(serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN)
+        self.conn = Connection(Role.RUNTIME)
         self._requests: collections.deque[Request] = collections.deque()
         self._responses: dict[int, Response] = {}
 

@@ -40,8 +40,8 @@ from plugin_runner import (
 
 from podlevel.nri import CreateResult, api
 from podlevel.nri.runtime import EVENTS_BEFORE_V0_10
-from podlevel.ttrpc.codec import Code, Connection, Request, Response
-from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, encode_frame
+from podlevel.ttrpc.codec import Code, Connection, Request, Response, Role
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, encode_frame
 from podlevel.ttrpc.transport import RpcError
 from testbed import cgroupfs
 from testbed.containerd import Containerd
@@ -279,7 +279,7 @@ class RuntimeEnd:
     def __init__(self, sock: socket.socket) -> None:
         sock.settimeout(SOCKET_TIMEOUT_S)
         self.sock = sock
-        self.codec = Connection(serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN)
+        self.codec = Connection(Role.RUNTIME)
         self._inbox: list[Request | Response] = []
 
     def _next(self) -> Request | Response:

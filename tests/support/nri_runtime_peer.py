@@ -15,8 +15,7 @@ from typing import Any, TypeVar
 from google.protobuf.message import Message
 
 from podlevel.nri import api
-from podlevel.ttrpc.codec import Request, Response
-from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
+from podlevel.ttrpc.codec import Request, Response, Role
 from support.ttrpc_peer import TIMEOUT, Peer
 
 PLUGIN = "nri.pkg.api.v1alpha1.Plugin"
@@ -33,7 +32,7 @@ class RuntimeSide:
 
     @classmethod
     async def over(cls, sock: socket.socket) -> RuntimeSide:
-        return cls(await Peer.over(sock, serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN))
+        return cls(await Peer.over(sock, role=Role.RUNTIME))
 
     async def expect(self, method: str) -> Request:
         request = await self.peer.next_request()
@@ -113,9 +112,7 @@ class FakeRuntime:
 
     async def listen(self, path: str) -> None:
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            side = RuntimeSide(
-                Peer(reader, writer, serve_conn=RUNTIME_SERVICE_CONN, call_conn=PLUGIN_SERVICE_CONN)
-            )
+            side = RuntimeSide(Peer(reader, writer, role=Role.RUNTIME))
             self._sides.append(side)
             self._accepted.put_nowait(side)
 

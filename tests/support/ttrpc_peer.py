@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from podlevel.ttrpc.codec import Connection, Rejected, Request, Response
+from podlevel.ttrpc.codec import Connection, Rejected, Request, Response, Role
 from testbed.wait import POLL_INTERVAL_S, DeadlineExceeded
 
 TIMEOUT = 5.0
@@ -35,21 +35,19 @@ async def wait_until(condition: Callable[[], T | None], timeout: float, what: st
 class Peer:
     """One end of a socket: serves nothing by itself, queues inbound requests for the test."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, serve_conn: int, call_conn: int
-    ) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, role: Role) -> None:
         self.reader = reader
         self.writer = writer
-        self.conn = Connection(serve_conn=serve_conn, call_conn=call_conn)
+        self.conn = Connection(role)
         self.requests: asyncio.Queue[Request | Rejected] = asyncio.Queue()
         self.eof = asyncio.Event()
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._task = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def over(cls, sock: socket.socket, *, serve_conn: int, call_conn: int) -> Peer:
+    async def over(cls, sock: socket.socket, *, role: Role) -> Peer:
         reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return cls(reader, writer, serve_conn=serve_conn, call_conn=call_conn)
+        return cls(reader, writer, role=role)
 
     async def _read(self) -> None:
         try:

@@ -14,10 +14,8 @@ from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import UNLIMITED_QUOTA
-from podlevel.nri import CreateResult, Handler, RuntimeInfo, UpdateResult, api
+from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
 from podlevel.podspec.runtime import RuntimeResources
-from podlevel.ttrpc.codec import Code
-from podlevel.ttrpc.transport import RpcError
 
 log = logging.getLogger("podlevel.agent")
 

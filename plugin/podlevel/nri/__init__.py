@@ -1,18 +1,26 @@
-"""NRI plugin stub: write a `Handler`, run it with `Stub`. Messages are the generated `api` module."""
+"""NRI plugin stub: write a `Handler`, run it with `Stub`. Messages are the generated `api` module.
+
+`RpcError` and `Code` (a handler raises `RpcError(Code.X, message)` to fail an event with that status) are
+the wire layer's own types, offered here so that a plugin needs nothing below this package.
+"""
 
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.handler import CreateResult, Handler, UpdateResult, subscribed_events
 from podlevel.nri.identity import InvalidIdentity, PluginIdentity
 from podlevel.nri.runtime import Event, RuntimeInfo
 from podlevel.nri.stub import DEFAULT_SOCKET_PATH, Stub, UpdateFromHandlerError
+from podlevel.ttrpc.codec import Code
+from podlevel.ttrpc.transport import RpcError
 
 __all__ = [
     "DEFAULT_SOCKET_PATH",
+    "Code",
     "CreateResult",
     "Event",
     "Handler",
     "InvalidIdentity",
     "PluginIdentity",
+    "RpcError",
     "RuntimeInfo",
     "Stub",
     "UpdateFromHandlerError",

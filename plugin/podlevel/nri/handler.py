@@ -12,14 +12,14 @@ Arguments are the generated protobuf messages (`podlevel.nri.api`): `api.PodSand
 - `evictions` ask the runtime to evict containers.
 Raising fails the event: for CreateContainer, RunPodSandbox, StartContainer and UpdateContainer the runtime
 fails the CRI operation with the message; for the others it only logs it. Raise
-`podlevel.ttrpc.transport.RpcError` to choose the status code (default Unknown).
+`podlevel.nri.RpcError` with a `podlevel.nri.Code` to choose the status code (default Unknown).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 from google.protobuf.message import Message
 
@@ -105,18 +105,54 @@ class Handler:
         """NRI >= v0.10.0 only: return a reason to reject the merged adjustments, None to accept them."""
 
 
+def _create_reply(result: CreateResult | None) -> Message:
+    result = result or CreateResult()
+    return api.CreateContainerResponse(adjust=result.adjust, update=result.updates, evict=result.evictions)
+
+
+def _update_reply(result: UpdateResult | None) -> Message:
+    result = result or UpdateResult()
+    return api.UpdateContainerResponse(update=result.updates, evict=result.evictions)
+
+
+def _stop_reply(updates: Updates | None) -> Message:
+    return api.StopContainerResponse(update=updates or ())
+
+
+def _validate_reply(reason: str | None) -> Message:
+    return api.ValidateContainerAdjustmentResponse(reject=reason is not None, reason=reason or "")
+
+
 @dataclass(frozen=True, slots=True)
 class EventRoute:
-    """How one event reaches a handler: the method serving it, and its dedicated RPC (NRI >= v0.12.0)."""
+    """How one event reaches a handler and what goes back.
+
+    `method` serves the event and `rpc` is its dedicated RPC (NRI >= v0.12.0), taking `request`. `unpack`
+    takes the method's arguments out of the request when they are not (pod, container) or (pod). `reply`
+    builds the response from the method's result; without one the reply is empty.
+    """
 
     method: Callable[..., object]
     rpc: str
     request: type[Message]
+    unpack: Callable[[Any], tuple[object, ...]] | None = None
+    reply: Callable[[Any], Message] | None = None
 
     @property
     def about_container(self) -> bool:
         """The event names a container, so its method takes (pod, container); otherwise (pod) alone."""
         return "container" in self.request.DESCRIPTOR.fields_by_name
+
+    @property
+    def is_notification(self) -> bool:
+        """Fed from pod and container alone and answered empty: all a StateChangeEvent can carry."""
+        return self.unpack is None and self.reply is None
+
+    def arguments(self, request: Any) -> tuple[object, ...]:
+        """The method's arguments from `request`: the dedicated RPC's request, or a StateChangeEvent."""
+        if self.unpack is not None:
+            return self.unpack(request)
+        return (request.pod, request.container) if self.about_container else (request.pod,)
 
 
 # The one table of events: the stub subscribes to an event when its method is overridden, and serves its
@@ -128,7 +164,7 @@ EVENT_ROUTES: Final[Mapping[Event, EventRoute]] = {
         Handler.remove_pod_sandbox, "RemovePodSandbox", api.RemovePodSandboxRequest
     ),
     Event.CREATE_CONTAINER: EventRoute(
-        Handler.create_container, "CreateContainer", api.CreateContainerRequest
+        Handler.create_container, "CreateContainer", api.CreateContainerRequest, reply=_create_reply
     ),
     Event.POST_CREATE_CONTAINER: EventRoute(
         Handler.post_create_container, "PostCreateContainer", api.PostCreateContainerRequest
@@ -138,17 +174,26 @@ EVENT_ROUTES: Final[Mapping[Event, EventRoute]] = {
         Handler.post_start_container, "PostStartContainer", api.PostStartContainerRequest
     ),
     Event.UPDATE_CONTAINER: EventRoute(
-        Handler.update_container, "UpdateContainer", api.UpdateContainerRequest
+        Handler.update_container,
+        "UpdateContainer",
+        api.UpdateContainerRequest,
+        unpack=lambda request: (request.pod, request.container, request.linux_resources),
+        reply=_update_reply,
     ),
     Event.POST_UPDATE_CONTAINER: EventRoute(
         Handler.post_update_container, "PostUpdateContainer", api.PostUpdateContainerRequest
     ),
-    Event.STOP_CONTAINER: EventRoute(Handler.stop_container, "StopContainer", api.StopContainerRequest),
+    Event.STOP_CONTAINER: EventRoute(
+        Handler.stop_container, "StopContainer", api.StopContainerRequest, reply=_stop_reply
+    ),
     Event.REMOVE_CONTAINER: EventRoute(
         Handler.remove_container, "RemoveContainer", api.RemoveContainerRequest
     ),
     Event.UPDATE_POD_SANDBOX: EventRoute(
-        Handler.update_pod_sandbox, "UpdatePodSandbox", api.UpdatePodSandboxRequest
+        Handler.update_pod_sandbox,
+        "UpdatePodSandbox",
+        api.UpdatePodSandboxRequest,
+        unpack=lambda request: (request.pod, request.overhead_linux_resources, request.linux_resources),
     ),
     Event.POST_UPDATE_POD_SANDBOX: EventRoute(
         Handler.post_update_pod_sandbox, "PostUpdatePodSandbox", api.PostUpdatePodSandboxRequest
@@ -157,6 +202,8 @@ EVENT_ROUTES: Final[Mapping[Event, EventRoute]] = {
         Handler.validate_container_adjustment,
         "ValidateContainerAdjustment",
         api.ValidateContainerAdjustmentRequest,
+        unpack=lambda request: (request,),
+        reply=_validate_reply,
     ),
 }
 

@@ -1,27 +1,21 @@
 """The NRI stub: connects a `Handler` to the runtime and keeps it connected.
 
-Per connection: dial (or take the launch socket), call RegisterPlugin, answer Configure with the handler's
-subscription clipped to the runtime's valid events, answer Synchronize (collecting `more` chunks into one
-handler call), then serve events — each both as its dedicated RPC (NRI >= v0.12.0) and as StateChange
-(older runtimes, and newer ones after an Unimplemented answer). The runtime never sends Shutdown; it just
-goes away (EOF), and any framing error closes the connection too. Either way the stub redials with
-exponential backoff and registers, configures and synchronizes again, since the runtime keeps no plugin
-state. A plugin the runtime launched cannot redial its inherited socket, so its `serve` returns instead.
+Per connection: dial (or take the launch socket), call RegisterPlugin, and let a fresh `Session` answer
+Configure, Synchronize and the events. The runtime never sends Shutdown; it just goes away (EOF), and any
+framing error closes the connection too. Either way the stub redials with exponential backoff and
+registers, configures and synchronizes again, since the runtime keeps no plugin state. A plugin the
+runtime launched cannot redial its inherited socket, so its `serve` returns instead.
 
 Invariants kept here:
-- Handler methods run one at a time, in the event loop's thread, never concurrently with each other.
+- Handler methods run one at a time, in the event loop's thread (one lock for every session).
 - UpdateContainers refuses to run from inside a handler (released NRI holds its lock during events, so
   the call would block until the request timeout and get the plugin disconnected).
-- A handler answering later than half the announced request timeout after its request arrived is logged
-  with the time taken.
 - Nothing escapes the event loop: protocol and I/O errors end the connection with a logged reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import logging
 import os
 import socket
@@ -29,40 +23,24 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, cast
-
-from google.protobuf.message import DecodeError, Message
+from typing import Final
 
 from podlevel._proto.nri import api_pb2 as api
-from podlevel.nri.handler import (
-    EVENT_ROUTES,
-    CreateResult,
-    Handler,
-    MaybeAwaitable,
-    UpdateResult,
-    Updates,
-    subscribed_events,
-)
+from podlevel.nri.handler import Handler, Updates, subscribed_events
 from podlevel.nri.identity import PluginIdentity, launched_socket_fd, resolve_identity
-from podlevel.nri.runtime import Event, RuntimeInfo, describe_mask
-from podlevel.ttrpc.codec import Code, Request
-from podlevel.ttrpc.transport import Handler as RpcHandler
-from podlevel.ttrpc.transport import RpcError, Transport
+from podlevel.nri.runtime import RuntimeInfo
+from podlevel.nri.session import RUNTIME_SERVICE, Session, decode, running_handler
+from podlevel.ttrpc.codec import Code
+from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET_PATH: Final = "/var/run/nri/nri.sock"
-PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
 
 # How long to wait for the RegisterPlugin reply. The runtime may hold it back until Configure and
 # Synchronize are done, and a too-short plugin-side timeout showed up as misleading "ttrpc: closed"
 # failures on busy nodes (containerd/nri#292); containerd itself gives up after 5 s by default.
 REGISTER_TIMEOUT: Final = 30.0
-
-# containerd's default plugin_request_timeout, used until Configure announces the real one.
-DEFAULT_REQUEST_TIMEOUT: Final = 2.0
 
 # UpdateContainers goes through CRI UpdateContainerResources for every container named; give a batch
 # several request timeouts' worth.
@@ -76,57 +54,9 @@ BACKOFF_INITIAL: Final = 0.5
 # next to nothing, so a few seconds is cheap; a cap of half a minute would leave pods unplaced that long.
 BACKOFF_MAX: Final = 5.0
 
-M = TypeVar("M", bound=Message)
-T = TypeVar("T")
-
 
 class UpdateFromHandlerError(RuntimeError):
     """UpdateContainers was called from inside an event handler; return the updates from it instead."""
-
-
-@dataclass
-class _HandlerCall:
-    """Marks the context of one running handler; `active` turns False once it returned."""
-
-    method: str
-    active: bool = True
-
-
-_current_call: contextvars.ContextVar[_HandlerCall | None] = contextvars.ContextVar(
-    "podlevel_nri_handler_call", default=None
-)
-
-# When the request being served reached the stub (the stub's clock). The transport serves each request in
-# its own task, so each request sees its own value.
-_arrival: contextvars.ContextVar[float] = contextvars.ContextVar("podlevel_nri_request_arrival")
-
-
-def _seconds(timeout: float) -> str:
-    # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
-    return f"{timeout:.3f} s" if timeout else "none (runtime default)"
-
-
-def _decode(cls: type[M], payload: bytes) -> M:
-    try:
-        return cls.FromString(payload)
-    except DecodeError as exc:
-        raise RpcError(Code.INVALID_ARGUMENT, f"undecodable {cls.__name__}: {exc}") from exc
-
-
-@dataclass
-class _Session:
-    """What one connection to the runtime has learnt so far."""
-
-    transport: Transport | None = None
-    runtime: RuntimeInfo | None = None
-    sync_pods: list[api.PodSandbox] = field(default_factory=list)
-    sync_containers: list[api.Container] = field(default_factory=list)
-    synchronized: bool = False
-
-
-# Serves one event whose reply carries the handler's answer; takes the event's request message (its type is
-# the event route's `request`).
-_Answer = Callable[[Any], Awaitable[Message]]
 
 
 class Stub:
@@ -167,22 +97,12 @@ class Stub:
         self._sleep = sleep
         self._clock = clock
         self.synchronizations = 0
-        self._session = _Session()
+        self._session: Session | None = None
         self._ready = threading.Event()
         self._stop_requested = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._stopping: asyncio.Event | None = None
-        self._handler_lock: asyncio.Lock | None = None
-        # The events whose reply carries the handler's answer. Every other event is a notification,
-        # answered with an empty reply once its handler returns.
-        self._answers: Mapping[Event, _Answer] = {
-            Event.CREATE_CONTAINER: self._create_container,
-            Event.UPDATE_CONTAINER: self._update_container,
-            Event.STOP_CONTAINER: self._stop_container,
-            Event.UPDATE_POD_SANDBOX: self._update_pod_sandbox,
-            Event.VALIDATE_CONTAINER_ADJUSTMENT: self._validate_container_adjustment,
-        }
 
     @classmethod
     def from_environment(
@@ -214,7 +134,7 @@ class Stub:
     @property
     def runtime(self) -> RuntimeInfo | None:
         """The runtime of the current connection, once it sent Configure."""
-        return self._session.runtime
+        return self._session.runtime if self._session is not None else None
 
     def run(self) -> None:
         """Serve until `stop()` (or, for a launched plugin, until the runtime closes the socket)."""
@@ -236,14 +156,21 @@ class Stub:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
-        self._handler_lock = asyncio.Lock()
+        handler_lock = asyncio.Lock()
         if self._stop_requested.is_set():
             return
         delay = self.backoff_initial
         while not self._stopping.is_set():
-            session = _Session()
+            session = Session(
+                self.handler,
+                self.identity,
+                self.events,
+                lock=handler_lock,
+                clock=self._clock,
+                on_synchronized=self._synchronized,
+            )
             self._session = session
-            transport = await self._connect(session)
+            transport = await self._connect(session.rpc_handlers())
             if transport is None and self.socket_fd is not None:
                 return
             if transport is not None:
@@ -276,21 +203,22 @@ class Stub:
         Raises UpdateFromHandlerError inside an event handler, RpcError when the runtime refuses or is
         not connected.
         """
-        call = _current_call.get()
-        if call is not None and call.active:
+        method = running_handler()
+        if method is not None:
             raise UpdateFromHandlerError(
-                f"UpdateContainers called from inside the {call.method} handler: the runtime holds its "
+                f"UpdateContainers called from inside the {method} handler: the runtime holds its "
                 "event lock until the handler returns, so the call would time out and disconnect the "
-                f"plugin; return the updates from {call.method} instead"
+                f"plugin; return the updates from {method} instead"
             )
-        transport = self._session.transport
-        if transport is None or not self._session.synchronized:
+        session = self._session
+        transport = session.transport if session is not None and session.synchronized else None
+        if transport is None:
             raise RpcError(Code.UNAVAILABLE, "not connected to the runtime (not registered and synchronized)")
         request = api.UpdateContainersRequest(update=updates, evict=evictions)
         payload = await transport.call(
             RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=timeout
         )
-        return list(_decode(api.UpdateContainersResponse, payload).failed)
+        return list(decode(api.UpdateContainersResponse, payload).failed)
 
     def update_containers_blocking(
         self,
@@ -311,8 +239,11 @@ class Stub:
         coro = self.update_containers(updates, evictions, timeout=timeout)
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    async def _connect(self, session: _Session) -> Transport | None:
-        handlers = self._rpc_handlers(session)
+    def _synchronized(self) -> None:
+        self.synchronizations += 1
+        self._ready.set()
+
+    async def _connect(self, handlers: Mapping[tuple[str, str], RequestHandler]) -> Transport | None:
         name = f"nri {self.identity}"
         try:
             if self.socket_fd is not None:
@@ -354,186 +285,3 @@ class Stub:
         finally:
             sleeping.cancel()
             stopping.cancel()
-
-    def _rpc_handlers(self, session: _Session) -> dict[tuple[str, str], RpcHandler]:
-        def serve(method: str, fn: Callable[[_Session, bytes], Awaitable[Message]]) -> RpcHandler:
-            async def handle(request: Request) -> bytes:
-                _arrival.set(self._clock())
-                return (await fn(session, request.payload)).SerializeToString()
-
-            return handle
-
-        handlers: dict[str, Callable[[_Session, bytes], Awaitable[Message]]] = {
-            "Configure": self._configure,
-            "Synchronize": self._synchronize,
-            "Shutdown": self._shutdown,
-            "StateChange": self._state_change,
-        }
-        for event, route in EVENT_ROUTES.items():
-            handlers[route.rpc] = self._event_rpc(event, route.request)
-        return {(PLUGIN_SERVICE, method): serve(method, fn) for method, fn in handlers.items()}
-
-    async def _invoke(self, method: str, call: Callable[[], MaybeAwaitable[T]]) -> T:
-        """Run one handler method: serialized, marked as 'inside a handler', timed.
-
-        Timed from the request's arrival, not from taking the lock: the runtime's request timeout runs
-        while the request waits for earlier handlers too.
-        """
-        assert self._handler_lock is not None
-        arrived = _arrival.get()
-        async with self._handler_lock:
-            marker = _HandlerCall(method)
-            token = _current_call.set(marker)
-            try:
-                result = call()
-                if inspect.isawaitable(result):
-                    return cast(T, await result)
-                return result
-            finally:
-                marker.active = False
-                _current_call.reset(token)
-                self._check_elapsed(method, self._clock() - arrived)
-
-    def _check_elapsed(self, method: str, elapsed: float) -> None:
-        runtime = self._session.runtime
-        budget = runtime.request_timeout if runtime and runtime.request_timeout else DEFAULT_REQUEST_TIMEOUT
-        if elapsed > budget / 2:
-            log.warning(
-                "NRI plugin %s: handler %s took %.3f s (waiting for earlier handlers included), over half "
-                "the runtime's %.3f s request timeout",
-                self.identity,
-                method,
-                elapsed,
-                budget,
-            )
-
-    async def _configure(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.ConfigureRequest, payload)
-        runtime = RuntimeInfo.from_configure(request)
-        session.runtime = runtime
-        log.info(
-            "NRI plugin %s: runtime %s %s (NRI %s) announced registration timeout %s, request timeout %s",
-            self.identity,
-            runtime.name,
-            runtime.version,
-            runtime.nri_version or "< v0.12, not reported",
-            _seconds(runtime.registration_timeout),
-            _seconds(runtime.request_timeout),
-        )
-        events = self.events & runtime.valid_events
-        if events != self.events:
-            log.warning(
-                "NRI plugin %s: runtime does not offer %s; not subscribing to them",
-                self.identity,
-                describe_mask(self.events & ~runtime.valid_events),
-            )
-        if events == 0:
-            raise RpcError(
-                Code.FAILED_PRECONDITION,
-                f"plugin {self.identity} subscribes to {describe_mask(self.events)}, none of which "
-                f"{runtime.name} {runtime.version} offers ({describe_mask(runtime.valid_events)})",
-            )
-        await self._invoke("configure", lambda: self.handler.configure(runtime, request.config))
-        return api.ConfigureResponse(events=events)
-
-    async def _synchronize(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.SynchronizeRequest, payload)
-        session.sync_pods.extend(request.pods)
-        session.sync_containers.extend(request.containers)
-        if request.more:
-            return api.SynchronizeResponse(more=True)
-        pods, containers = session.sync_pods, session.sync_containers
-        session.sync_pods, session.sync_containers = [], []
-        updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
-        session.synchronized = True
-        self.synchronizations += 1
-        runtime = session.runtime
-        log.info(
-            "NRI plugin %s: registered with %s %s, events %s; synchronized %d pods, %d containers",
-            self.identity,
-            runtime.name if runtime else "runtime",
-            runtime.version if runtime else "",
-            describe_mask(self.events & runtime.valid_events if runtime else self.events),
-            len(pods),
-            len(containers),
-        )
-        self._ready.set()
-        return api.SynchronizeResponse(update=updates or (), more=False)
-
-    async def _shutdown(self, session: _Session, payload: bytes) -> Message:
-        log.info("NRI plugin %s: runtime announced shutdown", self.identity)
-        return api.Empty()
-
-    async def _notify(self, event: Event, pod: api.PodSandbox, container: api.Container) -> None:
-        if event in self._answers:
-            raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} cannot arrive as a notification")
-        route = EVENT_ROUTES[event]
-        name = route.method.__name__
-        method = getattr(self.handler, name)
-        args = (pod, container) if route.about_container else (pod,)
-        await self._invoke(name, lambda: method(*args))
-
-    async def _state_change(self, session: _Session, payload: bytes) -> Message:
-        request = _decode(api.StateChangeEvent, payload)
-        try:
-            event = Event(request.event)
-        except ValueError:
-            raise RpcError(Code.INVALID_ARGUMENT, f"unknown event number {request.event}") from None
-        await self._notify(event, request.pod, request.container)
-        return api.Empty()
-
-    def _event_rpc(
-        self, event: Event, request_type: type[Message]
-    ) -> Callable[[_Session, bytes], Awaitable[Message]]:
-        """The dedicated RPC of `event`: its answer, or for a notification an empty reply."""
-        answer = self._answers.get(event)
-
-        async def handle(session: _Session, payload: bytes) -> Message:
-            request = _decode(request_type, payload)
-            if answer is not None:
-                return await answer(request)
-            pod = getattr(request, "pod", api.PodSandbox())
-            await self._notify(event, pod, getattr(request, "container", api.Container()))
-            return api.Empty()
-
-        return handle
-
-    async def _create_container(self, request: api.CreateContainerRequest) -> Message:
-        result = await self._invoke(
-            "create_container", lambda: self.handler.create_container(request.pod, request.container)
-        )
-        result = result or CreateResult()
-        return api.CreateContainerResponse(
-            adjust=result.adjust, update=result.updates, evict=result.evictions
-        )
-
-    async def _update_container(self, request: api.UpdateContainerRequest) -> Message:
-        result = await self._invoke(
-            "update_container",
-            lambda: self.handler.update_container(request.pod, request.container, request.linux_resources),
-        )
-        result = result or UpdateResult()
-        return api.UpdateContainerResponse(update=result.updates, evict=result.evictions)
-
-    async def _stop_container(self, request: api.StopContainerRequest) -> Message:
-        updates = await self._invoke(
-            "stop_container", lambda: self.handler.stop_container(request.pod, request.container)
-        )
-        return api.StopContainerResponse(update=updates or ())
-
-    async def _update_pod_sandbox(self, request: api.UpdatePodSandboxRequest) -> Message:
-        await self._invoke(
-            "update_pod_sandbox",
-            lambda: self.handler.update_pod_sandbox(
-                request.pod, request.overhead_linux_resources, request.linux_resources
-            ),
-        )
-        return api.Empty()
-
-    async def _validate_container_adjustment(
-        self, request: api.ValidateContainerAdjustmentRequest
-    ) -> Message:
-        reason = await self._invoke(
-            "validate_container_adjustment", lambda: self.handler.validate_container_adjustment(request)
-        )
-        return api.ValidateContainerAdjustmentResponse(reject=reason is not None, reason=reason or "")

@@ -1,9 +1,9 @@
 """Unary ttrpc over the NRI mux, without I/O: `Connection.feed(bytes)` -> messages, `encode(msg)` -> bytes.
 
 A ttrpc message is a 10-byte header (payload length uint32, stream id uint32, type byte, flags byte; big
-endian) and a protobuf `ttrpc.Request` or `ttrpc.Response`. One `Connection` is one side of one socket: it
-serves requests arriving on `serve_conn` and calls the peer on `call_conn` (a plugin serves conn 1 and
-calls on conn 2; a runtime the other way round).
+endian) and a protobuf `ttrpc.Request` or `ttrpc.Response`. One `Connection` is one side of one socket,
+told its `Role` once: it serves requests arriving on the role's `serve_conn` and calls the peer on its
+`call_conn` (a plugin serves conn 1 and calls on conn 2; a runtime the other way round).
 
 Invariants kept here:
 - Inbound bytes are buffered per conn; a message may span frames and frames may hold parts of two messages.
@@ -20,19 +20,14 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from google.protobuf.message import DecodeError
 
 from podlevel._proto.ttrpc import ttrpc_pb2
+from podlevel.ttrpc._buffer import RecordBuffer
 from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
-from podlevel.ttrpc.mux import (
-    PLUGIN_SERVICE_CONN,
-    RUNTIME_SERVICE_CONN,
-    FrameDecoder,
-    frame_message,
-    take_records,
-)
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, FrameDecoder, frame_message
 
 MESSAGE_HEADER_SIZE: Final = 10
 
@@ -45,6 +40,23 @@ MAX_OUTBOUND_MESSAGE: Final = 4 << 20
 MAX_INBOUND_MESSAGE: Final = 64 << 20
 
 _HEADER = struct.Struct(">IIBB")
+
+
+class Role(enum.Enum):
+    """Which end of the NRI socket this side is; the peer is the other one."""
+
+    PLUGIN = "plugin"
+    RUNTIME = "runtime"
+
+    @property
+    def serve_conn(self) -> int:
+        """The conn carrying the requests this side serves."""
+        return PLUGIN_SERVICE_CONN if self is Role.PLUGIN else RUNTIME_SERVICE_CONN
+
+    @property
+    def call_conn(self) -> int:
+        """The conn carrying this side's calls to the peer."""
+        return RUNTIME_SERVICE_CONN if self is Role.PLUGIN else PLUGIN_SERVICE_CONN
 
 
 class MessageType(enum.IntEnum):
@@ -120,35 +132,31 @@ class Rejected:
 Inbound = Request | Response | Rejected
 
 
-class _StreamDecoder:
-    """One conn's byte stream -> (stream id, type, body) for each whole ttrpc message."""
+class _MessageHeader(NamedTuple):
+    length: int
+    stream_id: int
+    msg_type: int
+    flags: int
 
-    def __init__(self, conn_id: int) -> None:
-        self._conn_id = conn_id
-        self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, int, bytes]]:
-        self._buffer += data
-        records = take_records(self._buffer, _HEADER, 0, MAX_INBOUND_MESSAGE, self._describe)
-        return [(header[1], header[2], body) for header, body in records]
-
-    def _describe(self, header: tuple[int, ...]) -> str:
-        return f"ttrpc message on conn {self._conn_id} stream {header[1]}"
+def _message_buffer(conn_id: int) -> RecordBuffer[_MessageHeader]:
+    """One conn's byte stream, handing out whole ttrpc messages."""
+    return RecordBuffer(
+        _HEADER,
+        _MessageHeader._make,
+        limit=MAX_INBOUND_MESSAGE,
+        describe=lambda header: f"ttrpc message on conn {conn_id} stream {header.stream_id}",
+    )
 
 
 class Connection:
     """Both ttrpc conversations of one mux socket, seen from one side."""
 
-    def __init__(
-        self, *, serve_conn: int = PLUGIN_SERVICE_CONN, call_conn: int = RUNTIME_SERVICE_CONN
-    ) -> None:
-        if serve_conn == call_conn:
-            raise ValueError(f"serve_conn and call_conn must differ, both are {serve_conn}")
-        self.serve_conn = serve_conn
-        self.call_conn = call_conn
+    def __init__(self, role: Role = Role.PLUGIN) -> None:
+        self.role = role
         self.dropped_frames = 0
         self._frames = FrameDecoder()
-        self._streams = {serve_conn: _StreamDecoder(serve_conn), call_conn: _StreamDecoder(call_conn)}
+        self._streams = {conn: _message_buffer(conn) for conn in (role.serve_conn, role.call_conn)}
         self._last_served = 0
         self._next_call = 1
         self._failure: ProtocolError | None = None
@@ -173,17 +181,17 @@ class Connection:
             if stream is None:
                 self.dropped_frames += 1
                 continue
-            for stream_id, msg_type, body in stream.feed(frame.payload):
-                if frame.conn_id == self.serve_conn:
-                    out.append(self._inbound_request(stream_id, msg_type, body))
+            for header, body in stream.feed(frame.payload):
+                if frame.conn_id == self.role.serve_conn:
+                    out.append(self._inbound_request(header.stream_id, header.msg_type, body))
                 else:
-                    out.append(self._inbound_response(stream_id, msg_type, body))
+                    out.append(self._inbound_response(header.stream_id, header.msg_type, body))
         return out
 
     def _inbound_request(self, stream_id: int, msg_type: int, body: bytes) -> Request | Rejected:
         if msg_type != MessageType.REQUEST:
             raise ProtocolError(
-                f"conn {self.serve_conn} carries requests to this side, got message type {msg_type} "
+                f"conn {self.role.serve_conn} carries requests to this side, got message type {msg_type} "
                 f"on stream {stream_id}"
             )
         if stream_id % 2 == 0:
@@ -211,7 +219,7 @@ class Connection:
     def _inbound_response(self, stream_id: int, msg_type: int, body: bytes) -> Response:
         if msg_type != MessageType.RESPONSE:
             raise ProtocolError(
-                f"conn {self.call_conn} carries responses to this side, got message type {msg_type} "
+                f"conn {self.role.call_conn} carries responses to this side, got message type {msg_type} "
                 f"on stream {stream_id}"
             )
         try:
@@ -227,7 +235,7 @@ class Connection:
         return Request(stream_id, service, method, payload, timeout_nano)
 
     def encode(self, message: Request | Response) -> bytes:
-        """Socket bytes for `message`: requests go on `call_conn`, responses on `serve_conn`."""
+        """Socket bytes for `message`: requests go on the role's call conn, responses on its serve conn."""
         if isinstance(message, Request):
             body = ttrpc_pb2.Request(
                 service=message.service,
@@ -236,11 +244,11 @@ class Connection:
                 timeout_nano=message.timeout_nano,
                 metadata=[ttrpc_pb2.KeyValue(key=k, value=v) for k, v in message.metadata],
             ).SerializeToString()
-            return self._encode(self.call_conn, message.stream_id, MessageType.REQUEST, body)
+            return self._encode(self.role.call_conn, message.stream_id, MessageType.REQUEST, body)
         # An OK status is sent explicitly (bytes 0a 00), as Go's server does.
         status = ttrpc_pb2.Status(code=message.code, message=message.message)
         body = ttrpc_pb2.Response(status=status, payload=message.payload).SerializeToString()
-        return self._encode(self.serve_conn, message.stream_id, MessageType.RESPONSE, body)
+        return self._encode(self.role.serve_conn, message.stream_id, MessageType.RESPONSE, body)
 
     @staticmethod
     def _encode(conn_id: int, stream_id: int, msg_type: MessageType, body: bytes) -> bytes:

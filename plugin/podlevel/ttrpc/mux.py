@@ -14,11 +14,10 @@ No I/O happens here: bytes in, frames out; a message in, bytes out.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
-from podlevel.ttrpc.errors import ProtocolError
+from podlevel.ttrpc._buffer import RecordBuffer
 
 PLUGIN_SERVICE_CONN: Final = 1
 RUNTIME_SERVICE_CONN: Final = 2
@@ -50,11 +49,21 @@ class Frame:
     payload: bytes
 
 
+class _FrameHeader(NamedTuple):
+    conn_id: int
+    length: int
+
+
 class FrameDecoder:
     """Splits the socket's byte stream into frames."""
 
     def __init__(self) -> None:
-        self._buffer = bytearray()
+        self._buffer = RecordBuffer(
+            _HEADER,
+            _FrameHeader._make,
+            limit=MAX_INBOUND_FRAME,
+            describe=lambda header: f"mux frame for conn {header.conn_id}",
+        )
 
     @property
     def buffered(self) -> int:
@@ -63,44 +72,7 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append `data` and return every frame now complete. Raises ProtocolError on an oversized frame."""
-        self._buffer += data
-        records = take_records(self._buffer, _HEADER, 1, MAX_INBOUND_FRAME, _describe_frame)
-        return [Frame(header[0], payload) for header, payload in records]
-
-
-def _describe_frame(header: tuple[int, ...]) -> str:
-    return f"mux frame for conn {header[0]}"
-
-
-def take_records(
-    buffer: bytearray,
-    header: struct.Struct,
-    length_field: int,
-    limit: int,
-    describe: Callable[[tuple[int, ...]], str],
-) -> list[tuple[tuple[int, ...], bytes]]:
-    """Remove every whole record (fixed header, then payload) from the front of `buffer`.
-
-    Returns (header fields, payload) pairs; a partial record stays in `buffer`. Header field
-    `length_field` is the payload length; one over `limit` raises ProtocolError as soon as the header is
-    in, before its payload is buffered, naming the record with `describe(header fields)`.
-    """
-    records: list[tuple[tuple[int, ...], bytes]] = []
-    offset = 0
-    while len(buffer) - offset >= header.size:
-        fields = header.unpack_from(buffer, offset)
-        length = fields[length_field]
-        if length > limit:
-            raise ProtocolError(
-                f"{describe(fields)} declares a {length}-byte payload, over the {limit}-byte limit"
-            )
-        end = offset + header.size + length
-        if end > len(buffer):
-            break
-        records.append((fields, bytes(buffer[offset + header.size : end])))
-        offset = end
-    del buffer[:offset]
-    return records
+        return [Frame(header.conn_id, payload) for header, payload in self._buffer.feed(data)]
 
 
 def encode_frame(conn_id: int, payload: bytes) -> bytes:

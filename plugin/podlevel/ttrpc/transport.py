@@ -23,9 +23,8 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final
 
-from podlevel.ttrpc.codec import Code, Connection, Rejected, Request, Response, code_name
+from podlevel.ttrpc.codec import Code, Connection, Rejected, Request, Response, Role, code_name
 from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
-from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ READ_CHUNK: Final = 256 << 10
 # outbound size limit.
 MAX_STATUS_MESSAGE: Final = 16 << 10
 
-Handler = Callable[[Request], Awaitable[bytes]]
+RequestHandler = Callable[[Request], Awaitable[bytes]]
 """Serves one request: returns the serialized reply message, or raises RpcError to answer with a status."""
 
 
@@ -57,10 +56,9 @@ class Transport:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
-        serve_conn: int = PLUGIN_SERVICE_CONN,
-        call_conn: int = RUNTIME_SERVICE_CONN,
+        role: Role = Role.PLUGIN,
         name: str = "ttrpc",
     ) -> None:
         self.name = name
@@ -69,7 +67,7 @@ class Transport:
         self._writer = writer
         self._handlers = dict(handlers)
         self._services = {service for service, _ in self._handlers}
-        self._conn = Connection(serve_conn=serve_conn, call_conn=call_conn)
+        self._conn = Connection(role)
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
@@ -79,29 +77,27 @@ class Transport:
     async def open_unix(
         cls,
         path: str,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
-        serve_conn: int = PLUGIN_SERVICE_CONN,
-        call_conn: int = RUNTIME_SERVICE_CONN,
+        role: Role = Role.PLUGIN,
         name: str = "ttrpc",
     ) -> Transport:
         """Dial the unix socket at `path`. Raises OSError when nobody listens there."""
         reader, writer = await asyncio.open_unix_connection(path)
-        return cls(reader, writer, handlers, serve_conn=serve_conn, call_conn=call_conn, name=name)
+        return cls(reader, writer, handlers, role=role, name=name)
 
     @classmethod
     async def from_socket(
         cls,
         sock: socket.socket,
-        handlers: Mapping[tuple[str, str], Handler],
+        handlers: Mapping[tuple[str, str], RequestHandler],
         *,
-        serve_conn: int = PLUGIN_SERVICE_CONN,
-        call_conn: int = RUNTIME_SERVICE_CONN,
+        role: Role = Role.PLUGIN,
         name: str = "ttrpc",
     ) -> Transport:
         """Use an already connected stream socket (an inherited fd, one end of a socketpair)."""
         reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return cls(reader, writer, handlers, serve_conn=serve_conn, call_conn=call_conn, name=name)
+        return cls(reader, writer, handlers, role=role, name=name)
 
     @property
     def closed(self) -> bool:

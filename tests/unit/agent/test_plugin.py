@@ -9,10 +9,8 @@ from podlevel.agent.plugin import PodLevelPlugin, updates_of
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
 from podlevel.engine.pod import Pod
-from podlevel.nri import api
+from podlevel.nri import Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.ttrpc.codec import Code
-from podlevel.ttrpc.transport import RpcError
 from support.builders import MI, fast_path, new_engine
 
 

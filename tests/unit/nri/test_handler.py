@@ -68,3 +68,14 @@ def test_notification_methods_take_what_the_request_carries() -> None:
         route = EVENT_ROUTES[event]
         expected = ["self", "pod", "container"] if route.about_container else ["self", "pod"]
         assert list(inspect.signature(route.method).parameters) == expected, event
+
+
+def test_only_notifications_may_arrive_as_state_change() -> None:
+    """A StateChangeEvent carries pod and container and is answered empty; the other events need their RPC."""
+    assert {event for event, route in EVENT_ROUTES.items() if not route.is_notification} == ANSWERED
+
+
+def test_every_route_unpacks_as_many_arguments_as_its_method_takes() -> None:
+    for event, route in EVENT_ROUTES.items():
+        taken = len(inspect.signature(route.method).parameters) - 1
+        assert len(route.arguments(route.request())) == taken, event

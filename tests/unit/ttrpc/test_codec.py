@@ -16,20 +16,21 @@ from podlevel.ttrpc.codec import (
     Rejected,
     Request,
     Response,
+    Role,
     code_name,
 )
 from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
-from podlevel.ttrpc.mux import encode_frame, frame_message
+from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, encode_frame, frame_message
 
 SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 
 
 def plugin() -> Connection:
-    return Connection(serve_conn=1, call_conn=2)
+    return Connection(Role.PLUGIN)
 
 
 def runtime() -> Connection:
-    return Connection(serve_conn=2, call_conn=1)
+    return Connection(Role.RUNTIME)
 
 
 def raw_message(stream_id: int, msg_type: int, body: bytes, flags: int = 0) -> bytes:
@@ -210,9 +211,9 @@ def test_non_increasing_stream_id_is_rejected(repeat: int) -> None:
     assert isinstance(conn.feed(raw_request(7))[0], Request)
 
 
-def test_serve_and_call_conn_must_differ() -> None:
-    with pytest.raises(ValueError, match="must differ"):
-        Connection(serve_conn=1, call_conn=1)
+def test_the_roles_serve_what_the_other_calls() -> None:
+    assert (Role.PLUGIN.serve_conn, Role.PLUGIN.call_conn) == (PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN)
+    assert (Role.RUNTIME.serve_conn, Role.RUNTIME.call_conn) == (RUNTIME_SERVICE_CONN, PLUGIN_SERVICE_CONN)
 
 
 def test_code_name() -> None:

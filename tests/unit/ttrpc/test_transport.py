@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response
+from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response, Role
 from podlevel.ttrpc.mux import encode_frame
-from podlevel.ttrpc.transport import Handler, RpcError, Transport
+from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 from support.ttrpc_peer import TIMEOUT, Peer, wait_until
 
 PLUGIN = "test.Plugin"
@@ -28,7 +28,7 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
     asyncio.run(bounded())
 
 
-def echo(prefix: bytes) -> Handler:
+def echo(prefix: bytes) -> RequestHandler:
     async def handler(request: Request) -> bytes:
         return prefix + request.payload
 
@@ -36,19 +36,20 @@ def echo(prefix: bytes) -> Handler:
 
 
 async def transports(
-    plugin_handlers: dict[tuple[str, str], Handler], runtime_handlers: dict[tuple[str, str], Handler]
+    plugin_handlers: dict[tuple[str, str], RequestHandler],
+    runtime_handlers: dict[tuple[str, str], RequestHandler],
 ) -> tuple[Transport, Transport]:
     a, b = socket.socketpair()
-    plugin = await Transport.from_socket(a, plugin_handlers, serve_conn=1, call_conn=2, name="plugin")
-    runtime = await Transport.from_socket(b, runtime_handlers, serve_conn=2, call_conn=1, name="runtime")
+    plugin = await Transport.from_socket(a, plugin_handlers, role=Role.PLUGIN, name="plugin")
+    runtime = await Transport.from_socket(b, runtime_handlers, role=Role.RUNTIME, name="runtime")
     return plugin, runtime
 
 
-async def peer_and_transport(handlers: dict[tuple[str, str], Handler]) -> tuple[Peer, Transport]:
+async def peer_and_transport(handlers: dict[tuple[str, str], RequestHandler]) -> tuple[Peer, Transport]:
     """A codec-level runtime peer and the plugin-side transport under test."""
     a, b = socket.socketpair()
     transport = await Transport.from_socket(a, handlers, name="plugin")
-    return await Peer.over(b, serve_conn=2, call_conn=1), transport
+    return await Peer.over(b, role=Role.RUNTIME), transport
 
 
 def test_calls_in_both_directions() -> None:
@@ -119,7 +120,7 @@ def test_unknown_method_or_service_answers_unimplemented(service: str, method: s
     run(main())
 
 
-def raising(exc: Exception) -> Handler:
+def raising(exc: Exception) -> RequestHandler:
     async def handler(request: Request) -> bytes:
         raise exc
 
@@ -228,7 +229,7 @@ def test_close_does_not_wait_for_a_peer_that_does_not_read() -> None:
 
         a, b = socket.socketpair()
         transport = await Transport.from_socket(a, {(PLUGIN, "Big"): big}, name="plugin")
-        b.sendall(Connection(serve_conn=2, call_conn=1).encode(Request(1, PLUGIN, "Big", b"")))
+        b.sendall(Connection(Role.RUNTIME).encode(Request(1, PLUGIN, "Big", b"")))
         # The reply is far larger than the socket buffers, so its write stays queued: b never reads.
         await replying.wait()
         transport.close("done")
@@ -347,12 +348,12 @@ def test_open_unix_dials_a_listening_socket(tmp_path: Any) -> None:
 
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             accepted.append(
-                Transport(reader, writer, {(PLUGIN, "M"): echo(b"srv:")}, serve_conn=1, call_conn=2)
+                Transport(reader, writer, {(PLUGIN, "M"): echo(b"srv:")}, role=Role.PLUGIN)
             )
 
         path = str(tmp_path / "s.sock")
         server = await asyncio.start_unix_server(on_connect, path)
-        client = await Transport.open_unix(path, {}, serve_conn=2, call_conn=1)
+        client = await Transport.open_unix(path, {}, role=Role.RUNTIME)
         assert await client.call(PLUGIN, "M", b"z", timeout=5) == b"srv:z"
         await wait_until(lambda: len(accepted) == 1, TIMEOUT, "server transport created")
         client.close("done")

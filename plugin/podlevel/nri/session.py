@@ -1,0 +1,253 @@
+"""One connection's NRI protocol: what the plugin answers the runtime between dial and hang-up.
+
+`Stub` makes a `Session` for every connection and serves the transport with `rpc_handlers()`. Configure
+is answered with the handler's subscription clipped to the runtime's valid events; Synchronize chunks
+(`more`) are collected into one handler call; each event is served both as its dedicated RPC (NRI >=
+v0.12.0) and, if it is a notification, as StateChange (older runtimes, and newer ones after an
+Unimplemented answer), all as the event table `EVENT_ROUTES` says.
+
+Invariants kept here:
+- Handler methods run one at a time, in the event loop's thread, never concurrently with each other: every
+  call takes the lock the stub hands to all of its sessions.
+- A handler answering later than half the announced request timeout after its request arrived is logged
+  with the time taken.
+- While a handler runs, `running_handler()` names it, so the stub can refuse UpdateContainers from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
+
+from google.protobuf.message import DecodeError, Message
+
+from podlevel._proto.nri import api_pb2 as api
+from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable
+from podlevel.nri.identity import PluginIdentity
+from podlevel.nri.runtime import Event, RuntimeInfo, describe_mask
+from podlevel.ttrpc.codec import Code, Request
+from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
+
+# The stub's logger: a session is part of the stub, and operators filter its messages by one name.
+log = logging.getLogger("podlevel.nri.stub")
+
+PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+
+# containerd's default plugin_request_timeout, used until Configure announces the real one.
+DEFAULT_REQUEST_TIMEOUT: Final = 2.0
+
+M = TypeVar("M", bound=Message)
+T = TypeVar("T")
+
+# Serves one plugin RPC: its request payload in, its reply message out.
+_Method = Callable[[bytes], Awaitable[Message]]
+
+
+@dataclass
+class _HandlerCall:
+    """Marks the context of one running handler; `active` turns False once it returned."""
+
+    method: str
+    active: bool = True
+
+
+_current_call: contextvars.ContextVar[_HandlerCall | None] = contextvars.ContextVar(
+    "podlevel_nri_handler_call", default=None
+)
+
+# When the request being served reached the stub (the stub's clock). The transport serves each request in
+# its own task, so each request sees its own value.
+_arrival: contextvars.ContextVar[float] = contextvars.ContextVar("podlevel_nri_request_arrival")
+
+
+def running_handler() -> str | None:
+    """The handler method running in this context, if any.
+
+    A task a handler started sees the handler's context too, but only while the handler has not returned.
+    """
+    call = _current_call.get()
+    return call.method if call is not None and call.active else None
+
+
+def decode(cls: type[M], payload: bytes) -> M:
+    """`payload` as a `cls` message; an undecodable one is the caller's fault (InvalidArgument)."""
+    try:
+        return cls.FromString(payload)
+    except DecodeError as exc:
+        raise RpcError(Code.INVALID_ARGUMENT, f"undecodable {cls.__name__}: {exc}") from exc
+
+
+def _seconds(timeout: float) -> str:
+    # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
+    return f"{timeout:.3f} s" if timeout else "none (runtime default)"
+
+
+class Session:
+    """What one connection to the runtime has learnt so far, and how it answers the runtime.
+
+    `events` is the handler's subscription; `lock` serialises handler calls across sessions; `clock`
+    times handlers; `on_synchronized` runs once the handler has synchronized.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        identity: PluginIdentity,
+        events: int,
+        *,
+        lock: asyncio.Lock,
+        clock: Callable[[], float],
+        on_synchronized: Callable[[], None],
+    ) -> None:
+        self.handler = handler
+        self.identity = identity
+        self.events = events
+        self.transport: Transport | None = None
+        self.runtime: RuntimeInfo | None = None
+        self.synchronized = False
+        self._lock = lock
+        self._clock = clock
+        self._on_synchronized = on_synchronized
+        self._sync_pods: list[api.PodSandbox] = []
+        self._sync_containers: list[api.Container] = []
+
+    def rpc_handlers(self) -> dict[tuple[str, str], RequestHandler]:
+        """The plugin service as the transport serves it: every RPC the runtime may call."""
+        methods: dict[str, _Method] = {
+            "Configure": self._configure,
+            "Synchronize": self._synchronize,
+            "Shutdown": self._shutdown,
+            "StateChange": self._state_change,
+        }
+        for route in EVENT_ROUTES.values():
+            methods[route.rpc] = self._event_rpc(route)
+        return {(PLUGIN_SERVICE, name): self._request_handler(method) for name, method in methods.items()}
+
+    def _request_handler(self, method: _Method) -> RequestHandler:
+        async def handle(request: Request) -> bytes:
+            _arrival.set(self._clock())
+            return (await method(request.payload)).SerializeToString()
+
+        return handle
+
+    async def _invoke(self, method: str, call: Callable[[], MaybeAwaitable[T]]) -> T:
+        """Run one handler method: serialized, marked as 'inside a handler', timed.
+
+        Timed from the request's arrival, not from taking the lock: the runtime's request timeout runs
+        while the request waits for earlier handlers too.
+        """
+        arrived = _arrival.get()
+        async with self._lock:
+            marker = _HandlerCall(method)
+            token = _current_call.set(marker)
+            try:
+                result = call()
+                if inspect.isawaitable(result):
+                    return cast(T, await result)
+                return result
+            finally:
+                marker.active = False
+                _current_call.reset(token)
+                self._check_elapsed(method, self._clock() - arrived)
+
+    def _check_elapsed(self, method: str, elapsed: float) -> None:
+        runtime = self.runtime
+        budget = runtime.request_timeout if runtime and runtime.request_timeout else DEFAULT_REQUEST_TIMEOUT
+        if elapsed > budget / 2:
+            log.warning(
+                "NRI plugin %s: handler %s took %.3f s (waiting for earlier handlers included), over half "
+                "the runtime's %.3f s request timeout",
+                self.identity,
+                method,
+                elapsed,
+                budget,
+            )
+
+    async def _configure(self, payload: bytes) -> Message:
+        request = decode(api.ConfigureRequest, payload)
+        runtime = RuntimeInfo.from_configure(request)
+        self.runtime = runtime
+        log.info(
+            "NRI plugin %s: runtime %s %s (NRI %s) announced registration timeout %s, request timeout %s",
+            self.identity,
+            runtime.name,
+            runtime.version,
+            runtime.nri_version or "< v0.12, not reported",
+            _seconds(runtime.registration_timeout),
+            _seconds(runtime.request_timeout),
+        )
+        events = self.events & runtime.valid_events
+        if events != self.events:
+            log.warning(
+                "NRI plugin %s: runtime does not offer %s; not subscribing to them",
+                self.identity,
+                describe_mask(self.events & ~runtime.valid_events),
+            )
+        if events == 0:
+            raise RpcError(
+                Code.FAILED_PRECONDITION,
+                f"plugin {self.identity} subscribes to {describe_mask(self.events)}, none of which "
+                f"{runtime.name} {runtime.version} offers ({describe_mask(runtime.valid_events)})",
+            )
+        await self._invoke("configure", lambda: self.handler.configure(runtime, request.config))
+        return api.ConfigureResponse(events=events)
+
+    async def _synchronize(self, payload: bytes) -> Message:
+        request = decode(api.SynchronizeRequest, payload)
+        self._sync_pods.extend(request.pods)
+        self._sync_containers.extend(request.containers)
+        if request.more:
+            return api.SynchronizeResponse(more=True)
+        pods, containers = self._sync_pods, self._sync_containers
+        self._sync_pods, self._sync_containers = [], []
+        updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
+        self.synchronized = True
+        runtime = self.runtime
+        log.info(
+            "NRI plugin %s: registered with %s %s, events %s; synchronized %d pods, %d containers",
+            self.identity,
+            runtime.name if runtime else "runtime",
+            runtime.version if runtime else "",
+            describe_mask(self.events & runtime.valid_events if runtime else self.events),
+            len(pods),
+            len(containers),
+        )
+        self._on_synchronized()
+        return api.SynchronizeResponse(update=updates or (), more=False)
+
+    async def _shutdown(self, payload: bytes) -> Message:
+        log.info("NRI plugin %s: runtime announced shutdown", self.identity)
+        return api.Empty()
+
+    async def _state_change(self, payload: bytes) -> Message:
+        request = decode(api.StateChangeEvent, payload)
+        try:
+            event = Event(request.event)
+        except ValueError:
+            raise RpcError(Code.INVALID_ARGUMENT, f"unknown event number {request.event}") from None
+        route = EVENT_ROUTES[event]
+        if not route.is_notification:
+            raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} cannot arrive as a notification")
+        await self._call(route, request)
+        return api.Empty()
+
+    def _event_rpc(self, route: EventRoute) -> _Method:
+        """The dedicated RPC of `route`'s event: the reply built from the handler's result, or empty."""
+
+        async def handle(payload: bytes) -> Message:
+            result = await self._call(route, decode(route.request, payload))
+            return route.reply(result) if route.reply is not None else api.Empty()
+
+        return handle
+
+    async def _call(self, route: EventRoute, request: Any) -> Any:
+        name = route.method.__name__
+        method = getattr(self.handler, name)
+        arguments = route.arguments(request)
+        return await self._invoke(name, lambda: method(*arguments))
