@@ -67,6 +67,8 @@ from podlevel.state.gotypes import (
 )
 
 Kind = Literal["cpu", "memory"]
+_HEAD: Final = Struct("head", (DATA, DATA_CHECKSUM))
+"""The fields that tell the `data` layouts from the older ones."""
 NEWEST: Final[Mapping[Kind, int]] = {"cpu": 4, "memory": 3}
 
 EMPTY: Final = "empty"
@@ -394,9 +396,7 @@ def decode(data: bytes | str, kind: Kind | None = None) -> Decoded:
     family = _FAMILIES[kind or detect_kind(obj)]
     unknown = sorted({key for key, _ in obj if fold(key) not in family.known_keys})
     try:
-        head = Struct("head", (DATA, DATA_CHECKSUM)).decode(
-            obj, "", Struct("head", (DATA, DATA_CHECKSUM)).zero()
-        )
+        head = _HEAD.decode(obj, "", _HEAD.zero())
     except GoDecodeError as err:
         raise CorruptCheckpoint(BAD_CONTENT, f"V{NEWEST[family.kind]}: {err}") from None
     text, stored = head.field("Data").text, int(head.field("DataChecksum").text)
