@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-COMMANDS: Final = ("annotate", "run", "simulate")
+COMMANDS: Final = ("annotate", "checkpoint", "run", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

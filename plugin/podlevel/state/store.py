@@ -1,0 +1,250 @@
+"""The state directory: `cpu_manager_state` and `memory_manager_state`, written atomically, loaded safely.
+
+Writing is all-or-nothing per file: the new bytes go to a temporary file in the same directory, which is
+fsynced, renamed over the old file, and the directory fsynced, so a crash leaves either the old or the new
+file, never a torn one, and a failed write leaves the old file as it was. Both files of one decision are
+written by one `write` call: temporary files first, renames last.
+
+Loading never raises for a bad file: a corrupt one (empty, truncated, not JSON, a bad checksum, an unknown
+future layout, a directory or other non-file in its place) is moved aside as `<name>.corrupt-<UTC time>`
+with one log line, and the caller gets no state and the reason, to rebuild from the runtime; an older layout
+is rewritten in the newest one after it loaded. Only an unusable state directory raises (`StateDirError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Generic, TypeVar
+
+from podlevel.state.formats import (
+    NEWEST,
+    NOT_A_FILE,
+    Content,
+    CorruptCheckpoint,
+    CPUCheckpoint,
+    Kind,
+    LegacyCPUCheckpoint,
+    MemoryCheckpoint,
+    MigrationError,
+    decode,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR: Final = Path("/var/lib/nri-podlevel")
+CPU_STATE_FILE: Final = "cpu_manager_state"
+MEMORY_STATE_FILE: Final = "memory_manager_state"
+
+Writer = Callable[[int, bytes], None]
+"""Writes all of the bytes to a file descriptor; the seam tests use to fail a write."""
+
+T = TypeVar("T", bound=Content)
+
+
+class StateDirError(Exception):
+    """The state directory cannot be used (a symlink, not a directory, not creatable)."""
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[T]):
+    """One file's outcome: the content, or None and why (`reason`), and what was done to the file."""
+
+    content: T | None
+    version: int | None = None
+    reason: str | None = None
+    moved_to: Path | None = None
+    migrated: bool = False
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    cpu: Loaded[CPUCheckpoint]
+    memory: Loaded[MemoryCheckpoint]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write(path: Path, data: bytes, writer: Writer = write_all) -> None:
+    """Replace `path` with `data` atomically (see the module docstring)."""
+    _commit([_stage(path, data, writer)], path.parent)
+
+
+def _stage(path: Path, data: bytes, writer: Writer) -> tuple[Path, Path]:
+    """`data` in a synced temporary file beside `path`; removed again if anything fails."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temporary = Path(name)
+    try:
+        try:
+            writer(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary, path
+
+
+def _commit(staged: list[tuple[Path, Path]], directory: Path) -> None:
+    try:
+        for temporary, path in staged:
+            os.replace(temporary, path)
+    finally:
+        for temporary, _ in staged:
+            temporary.unlink(missing_ok=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StateDir:
+    """The plugin's `--state-dir`: created 0700 when missing; a symlink or non-directory is refused."""
+
+    def __init__(
+        self,
+        path: Path = DEFAULT_STATE_DIR,
+        *,
+        writer: Writer = write_all,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.path = path
+        self._writer = writer
+        self._now = now
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            try:
+                path.mkdir(mode=0o700, parents=True)
+            except OSError as err:
+                raise StateDirError(f"state dir {path}: cannot create it: {err.strerror}") from None
+            return
+        except OSError as err:
+            raise StateDirError(f"state dir {path}: {err.strerror}") from None
+        if stat.S_ISLNK(mode):
+            raise StateDirError(f"state dir {path} is a symlink; refusing to follow it")
+        if not stat.S_ISDIR(mode):
+            raise StateDirError(f"state dir {path} is not a directory")
+
+    @property
+    def cpu_file(self) -> Path:
+        return self.path / CPU_STATE_FILE
+
+    @property
+    def memory_file(self) -> Path:
+        return self.path / MEMORY_STATE_FILE
+
+    def write(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
+        """Write the given checkpoints in the newest layouts, both in one step (a policy that is off
+        passes None). Raises OSError when a write fails; the files on disk are then the old ones."""
+        files = [(self.cpu_file, cpu), (self.memory_file, memory)]
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for path, content in files:
+                if content is not None:
+                    staged.append(_stage(path, encode(content), self._writer))
+        except BaseException:
+            for temporary, _ in staged:
+                temporary.unlink(missing_ok=True)
+            raise
+        _commit(staged, self.path)
+
+    def load(self, containers: Mapping[str, tuple[str, str]] | None = None) -> LoadedState:
+        """Both checkpoints. `containers` (container ID -> (pod UID, container name)) migrates a V1 CPU file
+        keyed by container ID; without it such a file is left in place and not used."""
+        return LoadedState(
+            _narrow(self._load(self.cpu_file, "cpu", containers), CPUCheckpoint),
+            _narrow(self._load(self.memory_file, "memory", containers), MemoryCheckpoint),
+        )
+
+    def _load(
+        self, path: Path, kind: Kind, containers: Mapping[str, tuple[str, str]] | None
+    ) -> Loaded[Content]:
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return Loaded(None, reason="no checkpoint file")
+        except OSError as err:
+            return Loaded(None, reason=f"cannot read {path}: {err.strerror}")
+        try:
+            if not stat.S_ISREG(mode):
+                raise CorruptCheckpoint(NOT_A_FILE, f"{path} is a {_file_type(mode)}")
+            decoded = decode(path.read_bytes(), kind)
+        except CorruptCheckpoint as err:
+            return self._move_aside(path, err)
+        except OSError as err:
+            return Loaded(None, reason=f"cannot read {path}: {err.strerror}")
+        content: Content = decoded.content
+        if isinstance(content, LegacyCPUCheckpoint):
+            try:
+                if containers is None:
+                    raise MigrationError(
+                        "V1 entries are keyed by container ID and no container list was given"
+                    )
+                content = content.migrate(containers)
+            except MigrationError as err:
+                log.warning("%s: not used: %s", path, err)
+                return Loaded(None, version=1, reason=str(err))
+        migrated = False
+        if decoded.version != NEWEST[kind]:
+            try:
+                atomic_write(path, encode(content), self._writer)
+                migrated = True
+                log.info("%s: migrated from V%d to V%d", path, decoded.version, NEWEST[kind])
+            except OSError as err:
+                log.error(
+                    "%s: loaded V%d but could not rewrite it as V%d: %s",
+                    path,
+                    decoded.version,
+                    NEWEST[kind],
+                    err,
+                )
+        return Loaded(content, version=decoded.version, migrated=migrated)
+
+    def _move_aside(self, path: Path, err: CorruptCheckpoint) -> Loaded[Content]:
+        stamp = self._now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        n = 0
+        while os.path.lexists(target):
+            n += 1
+            target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        try:
+            os.rename(path, target)
+        except OSError as move_error:
+            log.error(
+                "%s is corrupt (%s) and could not be moved aside (%s); rebuilding state from the runtime",
+                path,
+                err,
+                move_error.strerror,
+            )
+            return Loaded(None, reason=str(err))
+        log.warning(
+            "%s is corrupt (%s); moved aside to %s, rebuilding state from the runtime", path, err, target.name
+        )
+        return Loaded(None, reason=str(err), moved_to=target)
+
+
+def _narrow(loaded: Loaded[Content], cls: type[T]) -> Loaded[T]:
+    assert loaded.content is None or isinstance(loaded.content, cls)
+    return loaded  # type: ignore[return-value]
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "special file"

@@ -1,0 +1,180 @@
+"""The state directory: creation and refusal, atomic writes, the corrupt-file corpus, in-place migration."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.memory_policy import MemoryTable, NUMANodeState
+from podlevel.state.formats import CPUCheckpoint, LegacyCPUCheckpoint, MemoryCheckpoint, decode, encode
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, StateDir, StateDirError, atomic_write
+
+NOW = datetime(2026, 7, 31, 12, 30, 5, tzinfo=UTC)
+CPU = CPUCheckpoint(
+    "static", CPUSet.parse("0-1,6-15"), {"pod": {"app": CPUSet.parse("2-3")}}, {"pod": CPUSet.parse("2-5")}
+)
+MEMORY = MemoryCheckpoint("Static", {0: NUMANodeState(0, {"memory": MemoryTable(8, 1, 7, 0, 7)}, (0,))})
+
+
+def _state_dir(path: Path) -> StateDir:
+    return StateDir(path, now=lambda: NOW)
+
+
+def test_state_dir_is_created_0700(tmp_path: Path) -> None:
+    StateDir(tmp_path / "a" / "state")
+    assert stat.S_IMODE(os.stat(tmp_path / "a" / "state").st_mode) == 0o700
+
+
+def test_symlinked_or_non_directory_state_dir_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(StateDirError, match=f"{tmp_path / 'link'} is a symlink"):
+        StateDir(tmp_path / "link")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StateDirError, match=f"{tmp_path / 'file'} is not a directory"):
+        StateDir(tmp_path / "file")
+
+
+def test_write_then_load_in_the_newest_layouts(tmp_path: Path) -> None:
+    state = _state_dir(tmp_path)
+    state.write(CPU, MEMORY)
+    assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).version == 4
+    assert decode((tmp_path / MEMORY_STATE_FILE).read_bytes()).version == 3
+    loaded = state.load()
+    assert (loaded.cpu.content, loaded.memory.content) == (CPU, MEMORY)
+    assert not loaded.cpu.migrated and loaded.cpu.version == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CPU_STATE_FILE, MEMORY_STATE_FILE]
+
+
+def test_missing_files_are_no_state_without_noise(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    loaded = _state_dir(tmp_path).load()
+    assert loaded.cpu.content is None and loaded.cpu.reason == "no checkpoint file"
+    assert loaded.memory.moved_to is None and not caplog.records
+
+
+CORPUS = {
+    "empty": (b"", "empty"),
+    "truncated": (encode(CPU)[:40], "truncated"),
+    "not JSON": (b"\x00\x01binary", "not JSON"),
+    "bad checksum": (encode(CPU).replace(b'"dataChecksum":', b'"dataChecksum":1'), "bad checksum"),
+    "future version": (
+        b'{"policyName":"static","defaultCpuSet":"0-3","version":5,"checksum":3}',
+        "unknown future",
+    ),
+    "directory": (None, "not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_corrupt_file_is_moved_aside_with_one_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    data, reason = CORPUS[case]
+    path = tmp_path / CPU_STATE_FILE
+    if data is None:
+        path.mkdir()
+    else:
+        path.write_bytes(data)
+    state = _state_dir(tmp_path)
+    state.write(None, MEMORY)
+    with caplog.at_level(logging.INFO, logger="podlevel.state.store"):
+        loaded = state.load()
+    assert loaded.cpu.content is None
+    assert loaded.cpu.reason is not None and loaded.cpu.reason.startswith(reason)
+    aside = tmp_path / f"{CPU_STATE_FILE}.corrupt-20260731T123005Z"
+    assert loaded.cpu.moved_to == aside and os.path.lexists(aside) and not os.path.lexists(path)
+    if data is not None:
+        assert aside.read_bytes() == data
+    assert loaded.memory.content == MEMORY  # the other file is untouched
+    assert len(caplog.records) == 1
+    record = caplog.records[0]
+    assert record.levelno == logging.WARNING
+    assert (
+        str(path) in record.getMessage()
+        and reason in record.getMessage()
+        and aside.name in record.getMessage()
+    )
+
+
+def test_a_second_corrupt_file_in_the_same_second_gets_its_own_name(tmp_path: Path) -> None:
+    state = _state_dir(tmp_path)
+    for _ in range(2):
+        (tmp_path / CPU_STATE_FILE).write_bytes(b"{")
+        state.load()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{CPU_STATE_FILE}.corrupt-20260731T123005Z",
+        f"{CPU_STATE_FILE}.corrupt-20260731T123005Z-1",
+    ]
+
+
+def test_older_layout_is_migrated_in_place(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    old = CPUCheckpoint(CPU.policy_name, CPU.default, CPU.entries)
+    (tmp_path / CPU_STATE_FILE).write_bytes(encode(old, 2))
+    (tmp_path / MEMORY_STATE_FILE).write_bytes(encode(MEMORY, 1))
+    with caplog.at_level(logging.INFO, logger="podlevel.state.store"):
+        loaded = _state_dir(tmp_path).load()
+    assert loaded.cpu.content == old and loaded.cpu.version == 2 and loaded.cpu.migrated
+    assert loaded.memory.migrated
+    assert (tmp_path / CPU_STATE_FILE).read_bytes() == encode(old)
+    assert (tmp_path / MEMORY_STATE_FILE).read_bytes() == encode(MEMORY)
+    assert any("migrated from V2 to V4" in r.getMessage() for r in caplog.records)
+
+
+def test_v1_cpu_file_migrates_only_with_the_container_list(tmp_path: Path) -> None:
+    legacy = LegacyCPUCheckpoint("static", CPUSet.parse("0-1,4-15"), {"cid": CPUSet.parse("2-3")})
+    path = tmp_path / CPU_STATE_FILE
+    path.write_bytes(encode(legacy, 1))
+    unused = _state_dir(tmp_path).load().cpu
+    assert unused.content is None and unused.version == 1 and "container ID" in (unused.reason or "")
+    assert path.read_bytes() == encode(legacy, 1)  # left in place, not corrupt
+    loaded = _state_dir(tmp_path).load({"cid": ("pod", "app")}).cpu
+    assert loaded.content == CPUCheckpoint("static", legacy.default, {"pod": {"app": CPUSet.parse("2-3")}})
+    assert loaded.migrated and decode(path.read_bytes()).version == 4
+
+
+def _failing_writer(fd: int, data: bytes) -> None:
+    os.write(fd, data[: len(data) // 2])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_failed_write_leaves_the_good_files(tmp_path: Path) -> None:
+    _state_dir(tmp_path).write(CPU, MEMORY)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    failing = StateDir(tmp_path, writer=_failing_writer)
+    other = CPUCheckpoint("static", CPUSet.parse("0-15"))
+    with pytest.raises(OSError, match="No space left"):
+        failing.write(other, MEMORY)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temporary file left either
+
+
+def test_a_failed_second_file_keeps_the_first_unreplaced(tmp_path: Path) -> None:
+    _state_dir(tmp_path).write(CPU, MEMORY)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    calls = []
+
+    def fail_second(fd: int, data: bytes) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        os.write(fd, data)
+
+    with pytest.raises(OSError):
+        StateDir(tmp_path, writer=fail_second).write(CPUCheckpoint("static", CPUSet.parse("0-15")), MEMORY)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_atomic_write_replaces_and_cleans_up(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"old")
+    atomic_write(path, b"new")
+    assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["f"]
+    with pytest.raises(OSError):
+        atomic_write(path, b"newer", _failing_writer)
+    assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["f"]
