@@ -37,9 +37,10 @@ from podlevel.engine.errors import (
     SMTAlignmentError,
     UnexpectedAdmissionError,
 )
+from podlevel.engine.option_values import parse_go_bool
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, QOSClass
 from podlevel.engine.topology import Topology
-from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName, parse_go_bool
+from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName
 
 FULL_PCPUS_ONLY: Final = "full-pcpus-only"
 DISTRIBUTE_CPUS_ACROSS_NUMA: Final = "distribute-cpus-across-numa"
