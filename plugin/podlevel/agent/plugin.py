@@ -11,9 +11,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from podlevel.agent.placement import Observed, Placement, RuntimeResources, Sandbox, Settings
+from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import UNLIMITED_QUOTA
 from podlevel.nri import CreateResult, Handler, RuntimeInfo, UpdateResult, api
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.transport import RpcError

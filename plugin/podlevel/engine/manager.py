@@ -35,7 +35,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
 
-from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota
+from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
@@ -52,8 +52,6 @@ from podlevel.engine.topology_manager import (
     TopologyManagerOptions,
     TopologyPolicyName,
 )
-
-UNLIMITED_QUOTA: Final = -1
 
 TOPOLOGY_LOCALITY: Final = "Resources cannot be allocated with Topology locality"
 POD_SCOPE_PREFIX: Final = "Pod Scope "
