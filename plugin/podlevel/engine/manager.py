@@ -39,8 +39,7 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quo
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
-from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, pod_requests
-from podlevel.engine.memory_policy import empty_shared_pool_violation as memory_empty_shared_pool
+from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
@@ -215,9 +214,9 @@ class Engine:
         """
         violation = None
         if self._cpu is not None and _has_impossible(providers[0]):
-            violation = self._cpu.empty_shared_pool(pod, self._cpu.pod_guaranteed_cpus(pod))
+            violation = self._cpu.empty_shared_pool(pod)
         if violation is None and self._memory is not None and _has_impossible(providers[1]):
-            violation = memory_empty_shared_pool(pod, pod_requests(pod))
+            violation = self._memory.empty_shared_pool(pod)
         if violation is not None:
             raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
 
@@ -375,24 +374,15 @@ class Engine:
     def _pod_shared_quota(self, pod: Pod, container: Container, exclusive: Mapping[str, int]) -> int | None:
         """§4.6: the pod CPU limit minus the exclusive slices running beside this container, as CFS quota.
 
-        A standard init container runs before the app containers, so only the sidecars declared before it
-        run beside it; sidecars and app containers run beside every sidecar and app slice.
+        The slices beside it are those of the last phase it runs in: its own phase for a standard init
+        container, the pod's last phase for a sidecar or an app container.
         """
         assert pod.resources is not None
         limit = pod.resources.limits.get(CPU, pod.resources.request(CPU))
         if limit == 0:
             return None
-        beside = 0
-        if container.kind is ContainerKind.INIT:
-            for other in pod.init_containers:
-                if other is container:
-                    break
-                if other.kind is ContainerKind.SIDECAR:
-                    beside += exclusive.get(other.name, 0)
-        else:
-            beside = sum(
-                exclusive.get(c.name, 0) for c in pod.all_containers if c.kind is not ContainerKind.INIT
-            )
+        last = [phase for phase in pod.phases() if container.name in (c.name for c in phase.containers)][-1]
+        beside = sum(exclusive.get(c.name, 0) for c in last.containers)
         leftover_millis = limit - 1000 * beside
         return milli_cpu_to_quota(max(1, leftover_millis), self.config.cpu_period_us)
 
