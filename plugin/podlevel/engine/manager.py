@@ -41,6 +41,7 @@ from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
+from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import (
@@ -135,26 +136,24 @@ class Engine:
         self.topology = topology
         self.config = config or EngineConfig()
         self._tm = TopologyManager(topology, self.config.topology_policy, self.config.topology_options)
-        self._cpu = (
+        self._cpu: StaticCPUPolicy | NoneCPUPolicy = (
             StaticCPUPolicy(topology, self.config.reserved_cpus, self.config.cpu_options)
             if self.config.cpu_policy == "static"
-            else None
+            else NoneCPUPolicy(topology)
         )
-        self._memory = (
+        self._memory: StaticMemoryPolicy | NoneMemoryPolicy = (
             StaticMemoryPolicy(topology, self.config.reserved_memory)
             if self.config.memory_policy == "Static"
-            else None
+            else NoneMemoryPolicy()
         )
         self._all_mems = topology.numa_node_ids
 
     @property
     def reserved_cpus(self) -> CPUSet:
-        return self._cpu.reserved if self._cpu is not None else EMPTY
+        return self._cpu.reserved
 
     def initial_state(self) -> NodeState:
-        cpu = self._cpu.initial_state() if self._cpu is not None else CPUState(default=self.topology.all_cpus)
-        memory = self._memory.initial_state() if self._memory is not None else MemoryState(machine={})
-        return NodeState(cpu=cpu, memory=memory, pods={})
+        return NodeState(cpu=self._cpu.initial_state(), memory=self._memory.initial_state(), pods={})
 
     # -- admission ---------------------------------------------------------------------------------------
 
@@ -187,13 +186,9 @@ class Engine:
 
     def _admit_pod_level(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """KEP-5526 §4.3/§4.4: one merge over the pod budget, then each provider's AllocatePod."""
-        cpu, memory = self._cpu, self._memory
         hint = _NO_PREFERENCE
         if self.config.topology_policy is not TopologyPolicyName.NONE:
-            providers = [
-                cpu.pod_hints(state.cpu, pod) if cpu is not None else None,
-                memory.pod_hints(state.memory, pod) if memory is not None else None,
-            ]
+            providers = [self._cpu.pod_hints(state.cpu, pod), self._memory.pod_hints(state.memory, pod)]
             best, admit = self._tm.merge(providers)
             if not admit:
                 self._raise_empty_shared_pool(pod, providers)
@@ -201,42 +196,31 @@ class Engine:
                     POD_SCOPE_PREFIX + self._locality_message(state, _pod_budget(pod))
                 )
             hint = best
-        cpu_state = cpu.allocate_pod(state.cpu, pod, hint) if cpu is not None else state.cpu
-        memory_state = memory.allocate_pod(state.memory, pod, hint) if memory is not None else state.memory
-        return cpu_state, memory_state
+        cpu_state = self._cpu.allocate_pod(state.cpu, pod, hint)
+        return cpu_state, self._memory.allocate_pod(state.memory, pod, hint)
 
     def _raise_empty_shared_pool(self, pod: Pod, providers: Sequence[ProviderHints]) -> None:
         """Name the empty-shared-pool rule when it is why a provider had no hint (KEP-5526 §4.2).
 
-        A provider answers a pod that breaks the rule with an empty hint list, which the merge reports as a
-        locality failure; operators should see the rule they broke instead. Only a provider that gave an
-        empty list is asked, with the rule check its own AllocatePod applies; CPU first, as admission runs.
+        A provider answers a pod that breaks the rule with an empty hint list. The merge then reports a
+        locality failure, but operators should see the rule they broke. So each provider that gave an empty
+        list is asked whether the pod breaks the rule, with the same check its AllocatePod makes. CPU is asked
+        first, in the order admission allocates.
         """
-        violation = None
-        if self._cpu is not None and _has_impossible(providers[0]):
-            violation = self._cpu.empty_shared_pool(pod)
-        if violation is None and self._memory is not None and _has_impossible(providers[1]):
-            violation = self._memory.empty_shared_pool(pod)
-        if violation is not None:
-            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
+        for policy, hints in zip((self._cpu, self._memory), providers, strict=True):
+            violation = policy.empty_shared_pool(pod) if _has_impossible(hints) else None
+            if violation is not None:
+                raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
 
     def _admit_classic_pod_scope(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """The kubelet's pod scope for a pod without a budget: one hint for all, Allocate per container."""
         cpu, memory = self._cpu, self._memory
-        hint = self._merged(
-            [
-                cpu.pod_hints(state.cpu, pod) if cpu is not None else None,
-                memory.pod_hints(state.memory, pod) if memory is not None else None,
-            ],
-            state,
-            partial(_aggregate, pod),
-        )
+        providers = [cpu.pod_hints(state.cpu, pod), memory.pod_hints(state.memory, pod)]
+        hint = self._merged(providers, state, partial(_aggregate, pod))
         cpu_state, memory_state = state.cpu, state.memory
         for container in pod.all_containers:
-            if cpu is not None:
-                cpu_state = cpu.allocate(cpu_state, pod, container, hint)
-            if memory is not None:
-                memory_state = memory.allocate(memory_state, pod, container, hint)
+            cpu_state = cpu.allocate(cpu_state, pod, container, hint)
+            memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
     def _admit_per_container(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
@@ -244,22 +228,21 @@ class Engine:
         cpu, memory = self._cpu, self._memory
         cpu_state, memory_state = state.cpu, state.memory
         for container in pod.all_containers:
+            providers = [
+                cpu.container_hints(cpu_state, pod, container),
+                memory.container_hints(memory_state, pod, container),
+            ]
             hint = self._merged(
-                [
-                    cpu.container_hints(cpu_state, pod, container) if cpu is not None else None,
-                    memory.container_hints(memory_state, pod, container) if memory is not None else None,
-                ],
+                providers,
                 NodeState(cpu_state, memory_state, state.pods, state.removed),
                 partial(_requests, container),
             )
-            if cpu is not None:
-                cpu_state = cpu.allocate(cpu_state, pod, container, hint)
-            if memory is not None:
-                memory_state = memory.allocate(memory_state, pod, container, hint)
+            cpu_state = cpu.allocate(cpu_state, pod, container, hint)
+            memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
     def _merged(
-        self, providers: list[ProviderHints], state: NodeState, requested: Callable[[], Mapping[str, int]]
+        self, providers: Sequence[ProviderHints], state: NodeState, requested: Callable[[], Mapping[str, int]]
     ) -> TopologyHint:
         if self.config.topology_policy is TopologyPolicyName.NONE:
             return _NO_PREFERENCE
@@ -307,10 +290,8 @@ class Engine:
         """Remove `names`, `live` being how many of the pod's containers are still there."""
         cpu, memory = state.cpu, state.memory
         for name in names:
-            if self._cpu is not None:
-                cpu = self._cpu.remove_container(cpu, pod_uid, name)
-            if self._memory is not None:
-                memory = self._memory.remove_container(memory, pod_uid, name)
+            cpu = self._cpu.remove_container(cpu, pod_uid, name)
+            memory = self._memory.remove_container(memory, pod_uid, name)
         if live > len(names):
             gone = state.removed.get(pod_uid, frozenset()).union(names)
             return NodeState(cpu, memory, state.pods, _with(state.removed, pod_uid, gone))
@@ -333,10 +314,9 @@ class Engine:
         bubble_mems = self._bubble_mems(state, pod_uid)
         entries = state.cpu.entries.get(pod_uid, {})
         shared_pool = self.node_shared_pool(state)
-        cpu = self._cpu
         exclusive: Mapping[str, int] = {}
-        if bubble is not None and cpu is not None:
-            exclusive = {c.name: cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
+        if bubble is not None:
+            exclusive = {c.name: self._cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
         containers: list[ContainerDecision] = []
         for container in state.live_containers(pod_uid):
             quota: int | None = None
@@ -351,7 +331,7 @@ class Engine:
                 cpus, assignment, quota = entries[container.name], Assignment.NODE_EXCLUSIVE, UNLIMITED_QUOTA
             else:
                 cpus, assignment = shared_pool, Assignment.NODE_SHARED
-            mems = self._memory.mems_of(state.memory, pod_uid, container.name) if self._memory else None
+            mems = self._memory.mems_of(state.memory, pod_uid, container.name)
             containers.append(
                 ContainerDecision(
                     name=container.name,
