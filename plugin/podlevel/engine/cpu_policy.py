@@ -269,8 +269,9 @@ class StaticCPUPolicy:
     # -- hints -------------------------------------------------------------------------------------
 
     def _hint_row(self, narrowest: int) -> tuple[TopologyHint, ...]:
-        """Every combination's hint when the narrowest that could hold the request spans `narrowest` nodes:
-        preferred when as narrow, or, with align-by-socket, when it spans no more sockets than that needs."""
+        """Every combination's hint, for a request whose narrowest fitting combination has `narrowest` nodes.
+        A combination is preferred when it has that many nodes too. With align-by-socket it is also
+        preferred when it spans no more sockets than that many nodes need."""
         min_sockets = 0
         if self.options.align_by_socket:
             per_socket = len(self.layout.numa) // self.topology.num_sockets
@@ -282,9 +283,11 @@ class StaticCPUPolicy:
         )
 
     def _hints(self, available: int, reusable: int, request: int) -> list[TopologyHint]:
-        """Every NUMA combination that can hold `request` (with all of `reusable` inside it), with its
-        preference from `_hint_row`. NUMA nodes are disjoint, so a combination's free CPUs are the sum of
-        its nodes' (`subset_sums`); when the emptiest node can hold the request, every combination can."""
+        """A hint for every NUMA combination that can hold `request` and contains all of `reusable`, with its
+        preference from `_hint_row`.
+
+        NUMA nodes are disjoint, so a combination's free CPUs are the sum of its nodes' (`subset_sums`). When
+        the emptiest node can hold the request, every combination can."""
         masks = self._masks
         narrowest = next(
             (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),

@@ -11,19 +11,23 @@ Paths (KEP-5526 §4.1):
   set this is the hybrid model: equivalent-Guaranteed containers get exclusive CPUs from the node, the others
   stay in the node shared pool.
 
-Refusals are typed as the kubelet types them (TopologyAffinityError, with a "Pod Scope " prefix on the
-pod-level path, SMTAlignmentError, EmptyPodSharedPoolError, UnexpectedAdmissionError) and carry the numbers
-asked for and free per NUMA node. One deliberate difference: a pod that breaks the empty-shared-pool rule is
-refused with EmptyPodSharedPoolError under every topology policy; the kubelet reports it as a locality error
-under `restricted` and `single-numa-node`, where its hint providers answer such a pod with no hint.
+Refusals are typed as the kubelet types them: TopologyAffinityError (with a "Pod Scope " prefix on the
+pod-level path), SMTAlignmentError, EmptyPodSharedPoolError, UnexpectedAdmissionError. Their messages carry
+the numbers asked for and what each NUMA node has free. One deliberate difference: a pod that breaks the
+empty-shared-pool rule is refused with EmptyPodSharedPoolError under every topology policy. Under
+`restricted` and `single-numa-node` the kubelet reports it as a locality error instead, because its hint
+providers answer such a pod with no hint.
 
-CFS quota (§4.6): -1 for exclusive CPUs; for the pod shared pool, the pod CPU limit minus the exclusive
-slices running beside the container; None (leave the runtime's value) in the node shared pool.
+CFS quota (§4.6):
+- exclusive CPUs: -1, no limit;
+- the pod shared pool: the pod CPU limit minus the exclusive slices running beside the container;
+- the node shared pool: None, which leaves the runtime's value alone.
 
-Invariants: every operation returns a new `NodeState` or raises, so a refused pod leaves the state equal to
-what it was; admitting a pod that is already admitted returns the state unchanged; `pods` holds exactly the
-pods with at least one container not yet removed; a bubble goes back to the node only when the pod's last
-container is removed.
+Invariants:
+- every operation returns a new `NodeState` or raises, so a refused pod leaves the state as it was;
+- admitting a pod that is already admitted returns the state unchanged;
+- `pods` holds exactly the pods with at least one container not yet removed;
+- a bubble goes back to the node only when the pod's last container is removed.
 """
 
 from __future__ import annotations

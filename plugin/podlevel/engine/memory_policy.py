@@ -192,11 +192,13 @@ class StaticMemoryPolicy:
         return {name: list(hints) for name in requests}
 
     def _calculate_hints(self, state: MemoryState, pod_uid: str, requests: Requests) -> list[TopologyHint]:
-        """`calculateHints`: every mask with enough allocatable memory for each resource, that the node groups
-        allow, and with enough free memory (plus what the pod's init containers hold there); preferred when
-        as narrow as the narrowest mask with enough *allocatable* memory. Empty when nothing fits.
+        """`calculateHints`: the masks that can hold every requested resource. Empty when nothing fits.
 
-        The group rule is applied first: on a used machine it leaves a few masks (each node alone, the
+        A mask qualifies when the node groups allow it and, for each resource, it has enough allocatable
+        memory and enough free memory (counting what the pod's init containers hold there). A hint is
+        preferred when its mask is as narrow as the narrowest mask with enough *allocatable* memory.
+
+        The group rule is applied first: on a used machine it leaves few masks (each node alone, the
         groups), so the memory sums are looked up for those only."""
         if not requests:
             return []
@@ -225,10 +227,13 @@ class StaticMemoryPolicy:
         return [pairs[i][sizes[i] == narrowest] for i in candidates]
 
     def _group_allowed(self, machine: Mapping[int, NUMANodeState]) -> Sequence[int]:
-        """Indices, ascending, of the masks the node groups allow: each node outside any group; each
-        multi-node mask without used nodes; each group whose used nodes all have it as their group (a used
-        node in any other multi-node mask would mix allocations). Built from the groups rather than by
-        testing all masks: a used machine allows few."""
+        """Indices, ascending, of the masks the node groups allow. These are:
+        - each node that is in no group;
+        - each multi-node mask without used nodes;
+        - each group whose used nodes all have it as their group. A used node in any other multi-node mask
+          would mix allocations.
+        The list is built from the groups rather than by testing every mask, because a used machine allows
+        few."""
         assigned = 0
         groups: dict[int, int] = {}
         for n in self.node_ids:
@@ -306,9 +311,12 @@ class StaticMemoryPolicy:
         return empty_shared_pool_violation(pod, pod_requests(pod), partial(container_requests, pod))
 
     def _resolve(self, state: MemoryState, pod: Pod, requests: Requests, hint: TopologyHint) -> int:
-        """The mask to charge: the topology manager's hint, else the default hint; widened to the best
-        calculated hint around it when it lacks free memory (the merge ANDs masks) or is a single node that
-        belongs to a group; refused when it would mix single-node and multi-node allocations on a node.
+        """The mask to charge.
+
+        It starts as the topology manager's hint, or the default hint when that has no mask. It is widened to
+        the best calculated hint around it when it lacks free memory (the merge ANDs masks, so it can) or
+        when it is a single node that belongs to a group. It is refused when it would mix single-node and
+        multi-node allocations on a node.
 
         The kubelet widens only for lack of memory, and so charges a single grouped node when the merge hands
         it one: that node's group then disagrees with its blocks and the kubelet's own state check fails on

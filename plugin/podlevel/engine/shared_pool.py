@@ -34,13 +34,15 @@ def partition(
     slice_of: Callable[[Container, Share], Share | None],
     minus: Callable[[Share, Share], Share],
 ) -> dict[str, Share]:
-    """Each container's share of the bubble, in declaration order: its exclusive slice, or else the pod shared
-    pool of the last phase it runs in (the pool of its own phase for a standard init container, the pod's
-    lasting pool for sidecars and app containers).
+    """Each container's share of the bubble, in declaration order.
 
-    `slice_of(container, free)` is the container's slice taken from `free`, or None when it has none. A
-    container gets its slice once, in its first phase, from what the slices before it in that phase leave.
-    A phase's pool is the bubble minus every slice of that phase (`minus(pool, slice)` removes one).
+    A container with an exclusive slice gets the slice. It is taken once, in the first phase the container
+    runs in, from what the slices before it in that phase leave. `slice_of(container, free)` takes it from
+    `free`, or returns None for a container without one.
+
+    A container without a slice gets the pool of the last phase it runs in: the bubble minus every slice of
+    that phase (`minus(pool, slice)` removes one). For a standard init container that is its own phase; for
+    a sidecar or an app container it is the last phase, the pod's lasting pool.
     """
     slices: dict[str, Share] = {}
     pools: dict[str, Share] = {}
