@@ -30,10 +30,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from podlevel.engine.cfs import CFS_PERIOD_US
+from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import UNLIMITED_QUOTA, Assignment, Engine, NodeState
+from podlevel.engine.manager import Assignment, Engine, NodeState
 from podlevel.engine.pod import CPU, MEMORY, Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation

@@ -11,9 +11,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
+from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import UNLIMITED_QUOTA
 from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
 from podlevel.podspec.runtime import RuntimeResources
 

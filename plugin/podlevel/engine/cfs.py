@@ -12,6 +12,9 @@ CFS_PERIOD_US: Final = 100_000
 """The CFS period the kubelet writes for every container (`cpu.cfs_period_us` default)."""
 MIN_CFS_QUOTA_US: Final = 1_000
 """The smallest quota the kernel accepts, which the kubelet also clamps to."""
+UNLIMITED_QUOTA: Final = -1
+"""No CFS limit: -1 in cgroup v1's `cpu.cfs_quota_us`, `max` in cgroup v2's `cpu.max`. Containers on
+exclusive CPUs get it."""
 MIN_SHARES: Final = 2
 MAX_SHARES: Final = 262_144
 SHARES_PER_CPU: Final = 1024

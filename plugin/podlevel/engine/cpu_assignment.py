@@ -248,7 +248,8 @@ class CPUAccumulator:
         return self._within(self.numa_order(free), self.layout.uncores_of_numa, self.layout.uncore, free)
 
     def cpu_order(self, free: int) -> Iterator[int]:
-        """Packed: per core in order its free CPUs; spread: per socket in order its free CPUs; ascending."""
+        """The free CPUs in the order single CPUs are taken, each unit's CPUs ascending. Packed: core by
+        core in `core_order`. Spread: socket by socket in `socket_order`."""
         if self.spread:
             units, masks = self.socket_order(free), self.layout.socket
         else:

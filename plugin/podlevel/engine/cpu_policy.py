@@ -23,7 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Final
@@ -37,9 +37,11 @@ from podlevel.engine.errors import (
     SMTAlignmentError,
     UnexpectedAdmissionError,
 )
+from podlevel.engine.option_values import parse_go_bool
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, QOSClass
+from podlevel.engine.shared_pool import Amounts, empty_shared_pool_violation, partition
 from podlevel.engine.topology import Topology
-from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName, parse_go_bool
+from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName
 
 FULL_PCPUS_ONLY: Final = "full-pcpus-only"
 DISTRIBUTE_CPUS_ACROSS_NUMA: Final = "distribute-cpus-across-numa"
@@ -132,49 +134,6 @@ class CPUState:
 
     def entry(self, pod_uid: str, container_name: str) -> CPUSet | None:
         return self.entries.get(pod_uid, _NO_CPUS).get(container_name)
-
-
-def empty_shared_pool_violation(
-    pod: Pod, budget: int, exclusive: Callable[[Container], int], unit: str
-) -> str | None:
-    """What breaks KEP-5526's empty-shared-pool rule for one resource, or None when the pod keeps it.
-
-    `exclusive(container)` is the container's exclusive amount (0 = it runs in the pod shared pool).
-    Standard init containers run one at a time beside the sidecars declared before them; sidecars and app
-    containers run together for the pod's whole life.
-    """
-    long_running = 0
-    shared: list[str] = []
-    for container in pod.init_containers:
-        amount = exclusive(container)
-        if container.kind is ContainerKind.INIT:
-            left = budget - long_running
-            if amount > left:
-                return (
-                    f"init container {container.name!r} needs {amount} exclusive {unit} but only {left} of "
-                    f"the pod's {budget} are left beside the sidecars before it"
-                )
-            if amount == 0 and long_running >= budget:
-                return (
-                    f"init container {container.name!r} needs the pod shared pool but the sidecars before it "
-                    f"take {long_running} of the pod's {budget} {unit}"
-                )
-        elif amount == 0:
-            shared.append(container.name)
-        else:
-            long_running += amount
-    for container in pod.containers:
-        amount = exclusive(container)
-        if amount == 0:
-            shared.append(container.name)
-        else:
-            long_running += amount
-    if shared and long_running >= budget:
-        return (
-            f"exclusive containers take {long_running} of the pod's {budget} {unit}, leaving an empty pod "
-            f"shared pool for {', '.join(shared)}"
-        )
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,34 +246,32 @@ class StaticCPUPolicy:
         return milli // 1000 if milli % 1000 == 0 else 0
 
     def pod_guaranteed_cpus(self, pod: Pod) -> int:
-        """The pod's exclusive CPU total: the integer pod-level request when the pod sets `.spec.resources`
-        (0 unless Guaranteed), else max(largest init + sidecars before it, apps + sidecars) (KEP-753)."""
+        """The pod's exclusive CPU total. With `.spec.resources` it is the integer pod-level request (0
+        unless the pod is Guaranteed). Without, it is what the largest phase's containers take together."""
         guaranteed = pod.qos_class() is QOSClass.GUARANTEED
         if pod.resources is not None:
             milli = pod.resources.request(CPU)
             return milli // 1000 if guaranteed and milli % 1000 == 0 else 0
-        largest_init = sidecars = 0
-        for container in pod.init_containers:
-            cpus = self._exclusive_cpus(pod, guaranteed, container)
-            if container.kind is ContainerKind.SIDECAR:
-                sidecars += cpus
-            else:
-                largest_init = max(largest_init, sidecars + cpus)
-        apps = sum(self._exclusive_cpus(pod, guaranteed, c) for c in pod.containers)
-        return max(largest_init, apps + sidecars)
-
-    def empty_shared_pool(self, pod: Pod, budget: int) -> str | None:
-        """What breaks the empty-shared-pool rule for this pod's CPU `budget`, or None."""
-        guaranteed = pod.qos_class() is QOSClass.GUARANTEED
-        return empty_shared_pool_violation(
-            pod, budget, lambda container: self._exclusive_cpus(pod, guaranteed, container), "CPUs"
+        return max(
+            sum(self._exclusive_cpus(pod, guaranteed, c) for c in phase.containers) for phase in pod.phases()
         )
+
+    def empty_shared_pool(self, pod: Pod) -> str | None:
+        """What breaks the empty-shared-pool rule for this pod's CPUs, or None when it keeps the rule."""
+        guaranteed = pod.qos_class() is QOSClass.GUARANTEED
+
+        def slice_of(container: Container) -> Amounts:
+            count = self._exclusive_cpus(pod, guaranteed, container)
+            return {CPU: count} if count else {}
+
+        return empty_shared_pool_violation(pod, {CPU: self.pod_guaranteed_cpus(pod)}, slice_of)
 
     # -- hints -------------------------------------------------------------------------------------
 
     def _hint_row(self, narrowest: int) -> tuple[TopologyHint, ...]:
-        """Every combination's hint when the narrowest that could hold the request spans `narrowest` nodes:
-        preferred when as narrow, or, with align-by-socket, when it spans no more sockets than that needs."""
+        """Every combination's hint, for a request whose narrowest fitting combination has `narrowest` nodes.
+        A combination is preferred when it has that many nodes too. With align-by-socket it is also
+        preferred when it spans no more sockets than that many nodes need."""
         min_sockets = 0
         if self.options.align_by_socket:
             per_socket = len(self.layout.numa) // self.topology.num_sockets
@@ -326,9 +283,11 @@ class StaticCPUPolicy:
         )
 
     def _hints(self, available: int, reusable: int, request: int) -> list[TopologyHint]:
-        """Every NUMA combination that can hold `request` (with all of `reusable` inside it), with its
-        preference from `_hint_row`. NUMA nodes are disjoint, so a combination's free CPUs are the sum of
-        its nodes' (`subset_sums`); when the emptiest node can hold the request, every combination can."""
+        """A hint for every NUMA combination that can hold `request` and contains all of `reusable`, with its
+        preference from `_hint_row`.
+
+        NUMA nodes are disjoint, so a combination's free CPUs are the sum of its nodes' (`subset_sums`). When
+        the emptiest node can hold the request, every combination can."""
         masks = self._masks
         narrowest = next(
             (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
@@ -369,7 +328,7 @@ class StaticCPUPolicy:
             return None
         reusable = state.reusable.get(pod.uid, EMPTY).mask
         if pod.resources is not None:
-            if self.empty_shared_pool(pod, requested) is not None:
+            if self.empty_shared_pool(pod) is not None:
                 return {CPU: []}
             bubble = state.pod_entries.get(pod.uid)
             if bubble is not None:
@@ -467,7 +426,7 @@ class StaticCPUPolicy:
         total = self.pod_guaranteed_cpus(pod)
         if total == 0 or pod.uid in state.pod_entries:
             return state
-        violation = self.empty_shared_pool(pod, total)
+        violation = self.empty_shared_pool(pod)
         if violation is not None:
             raise EmptyPodSharedPoolError.of(_name(pod), violation)
         self._enforce_smt_alignment(state, total)
@@ -485,27 +444,14 @@ class StaticCPUPolicy:
         )
 
     def _partition(self, pod: Pod, bubble: CPUSet) -> dict[str, CPUSet]:
-        """Slices in declaration order: init containers from the bubble minus the sidecar slices so far
-        (a shared standard init container gets all of that), app slices from what the sidecars leave; the
-        rest is the pod shared pool, which shared sidecars and app containers get."""
+        """Each container's CPUs in the bubble: its exclusive slice, or the pod shared pool beside it."""
         guaranteed = pod.qos_class() is QOSClass.GUARANTEED
-        assigned: dict[str, CPUSet] = {}
-        sidecars = EMPTY
-        for container in pod.init_containers:
+
+        def slice_of(container: Container, free: CPUSet) -> CPUSet | None:
             count = self._exclusive_cpus(pod, guaranteed, container)
-            if count > 0:
-                assigned[container.name] = self.take(bubble - sidecars, count)
-                if container.kind is ContainerKind.SIDECAR:
-                    sidecars |= assigned[container.name]
-            elif container.kind is ContainerKind.INIT:
-                assigned[container.name] = bubble - sidecars
-        shared = bubble - sidecars
-        for container in pod.containers:
-            count = self._exclusive_cpus(pod, guaranteed, container)
-            if count > 0:
-                assigned[container.name] = self.take(shared, count)
-                shared -= assigned[container.name]
-        return {c.name: assigned.get(c.name, shared) for c in pod.all_containers}
+            return self.take(free, count) if count > 0 else None
+
+        return partition(pod, bubble, slice_of, CPUSet.__sub__)
 
     def remove_container(self, state: CPUState, pod_uid: str, container_name: str) -> CPUState:
         """Drop the container's entry. Container path: its CPUs no sibling holds go back to SHARED.
@@ -532,3 +478,4 @@ class StaticCPUPolicy:
             return CPUState(state.default, entries, state.pod_entries, reusable)
         bubbles = {uid: cpus for uid, cpus in state.pod_entries.items() if uid != pod_uid}
         return CPUState(state.default | bubble, entries, bubbles, reusable)
+

@@ -50,8 +50,8 @@ class EmptyPodSharedPoolError(AdmissionError):
 
     @classmethod
     def of(cls, pod: str, violation: str) -> EmptyPodSharedPoolError:
-        """The refusal of pod `namespace/name` for `violation`, what a provider found breaking the rule; one
-        wording whichever provider (or the engine, asking them) finds it."""
+        """The refusal of pod `namespace/name` for `violation`, the part of the rule it breaks. Every place
+        that finds a violation (either policy, or the engine asking them) words the refusal with this."""
         return cls(f"pod {pod}: {violation} (empty pod shared pool rule)")
 
 

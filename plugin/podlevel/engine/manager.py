@@ -11,19 +11,23 @@ Paths (KEP-5526 §4.1):
   set this is the hybrid model: equivalent-Guaranteed containers get exclusive CPUs from the node, the others
   stay in the node shared pool.
 
-Refusals are typed as the kubelet types them (TopologyAffinityError, with a "Pod Scope " prefix on the
-pod-level path, SMTAlignmentError, EmptyPodSharedPoolError, UnexpectedAdmissionError) and carry the numbers
-asked for and free per NUMA node. One deliberate difference: a pod that breaks the empty-shared-pool rule is
-refused with EmptyPodSharedPoolError under every topology policy; the kubelet reports it as a locality error
-under `restricted` and `single-numa-node`, where its hint providers answer such a pod with no hint.
+Refusals are typed as the kubelet types them: TopologyAffinityError (with a "Pod Scope " prefix on the
+pod-level path), SMTAlignmentError, EmptyPodSharedPoolError, UnexpectedAdmissionError. Their messages carry
+the numbers asked for and what each NUMA node has free. One deliberate difference: a pod that breaks the
+empty-shared-pool rule is refused with EmptyPodSharedPoolError under every topology policy. Under
+`restricted` and `single-numa-node` the kubelet reports it as a locality error instead, because its hint
+providers answer such a pod with no hint.
 
-CFS quota (§4.6): -1 for exclusive CPUs; for the pod shared pool, the pod CPU limit minus the exclusive
-slices running beside the container; None (leave the runtime's value) in the node shared pool.
+CFS quota (§4.6):
+- exclusive CPUs: -1, no limit;
+- the pod shared pool: the pod CPU limit minus the exclusive slices running beside the container;
+- the node shared pool: None, which leaves the runtime's value alone.
 
-Invariants: every operation returns a new `NodeState` or raises, so a refused pod leaves the state equal to
-what it was; admitting a pod that is already admitted returns the state unchanged; `pods` holds exactly the
-pods with at least one container not yet removed; a bubble goes back to the node only when the pod's last
-container is removed.
+Invariants:
+- every operation returns a new `NodeState` or raises, so a refused pod leaves the state as it was;
+- admitting a pod that is already admitted returns the state unchanged;
+- `pods` holds exactly the pods with at least one container not yet removed;
+- a bubble goes back to the node only when the pod's last container is removed.
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ from functools import partial
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
 
-from podlevel.engine.cfs import CFS_PERIOD_US, milli_cpu_to_quota
+from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
-from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, pod_requests
-from podlevel.engine.memory_policy import empty_shared_pool_violation as memory_empty_shared_pool
+from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
+from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import (
@@ -52,8 +56,6 @@ from podlevel.engine.topology_manager import (
     TopologyManagerOptions,
     TopologyPolicyName,
 )
-
-UNLIMITED_QUOTA: Final = -1
 
 TOPOLOGY_LOCALITY: Final = "Resources cannot be allocated with Topology locality"
 POD_SCOPE_PREFIX: Final = "Pod Scope "
@@ -138,26 +140,24 @@ class Engine:
         self.topology = topology
         self.config = config or EngineConfig()
         self._tm = TopologyManager(topology, self.config.topology_policy, self.config.topology_options)
-        self._cpu = (
+        self._cpu: StaticCPUPolicy | NoneCPUPolicy = (
             StaticCPUPolicy(topology, self.config.reserved_cpus, self.config.cpu_options)
             if self.config.cpu_policy == "static"
-            else None
+            else NoneCPUPolicy(topology)
         )
-        self._memory = (
+        self._memory: StaticMemoryPolicy | NoneMemoryPolicy = (
             StaticMemoryPolicy(topology, self.config.reserved_memory)
             if self.config.memory_policy == "Static"
-            else None
+            else NoneMemoryPolicy()
         )
         self._all_mems = topology.numa_node_ids
 
     @property
     def reserved_cpus(self) -> CPUSet:
-        return self._cpu.reserved if self._cpu is not None else EMPTY
+        return self._cpu.reserved
 
     def initial_state(self) -> NodeState:
-        cpu = self._cpu.initial_state() if self._cpu is not None else CPUState(default=self.topology.all_cpus)
-        memory = self._memory.initial_state() if self._memory is not None else MemoryState(machine={})
-        return NodeState(cpu=cpu, memory=memory, pods={})
+        return NodeState(cpu=self._cpu.initial_state(), memory=self._memory.initial_state(), pods={})
 
     # -- admission ---------------------------------------------------------------------------------------
 
@@ -190,13 +190,9 @@ class Engine:
 
     def _admit_pod_level(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """KEP-5526 §4.3/§4.4: one merge over the pod budget, then each provider's AllocatePod."""
-        cpu, memory = self._cpu, self._memory
         hint = _NO_PREFERENCE
         if self.config.topology_policy is not TopologyPolicyName.NONE:
-            providers = [
-                cpu.pod_hints(state.cpu, pod) if cpu is not None else None,
-                memory.pod_hints(state.memory, pod) if memory is not None else None,
-            ]
+            providers = [self._cpu.pod_hints(state.cpu, pod), self._memory.pod_hints(state.memory, pod)]
             best, admit = self._tm.merge(providers)
             if not admit:
                 self._raise_empty_shared_pool(pod, providers)
@@ -204,42 +200,31 @@ class Engine:
                     POD_SCOPE_PREFIX + self._locality_message(state, _pod_budget(pod))
                 )
             hint = best
-        cpu_state = cpu.allocate_pod(state.cpu, pod, hint) if cpu is not None else state.cpu
-        memory_state = memory.allocate_pod(state.memory, pod, hint) if memory is not None else state.memory
-        return cpu_state, memory_state
+        cpu_state = self._cpu.allocate_pod(state.cpu, pod, hint)
+        return cpu_state, self._memory.allocate_pod(state.memory, pod, hint)
 
     def _raise_empty_shared_pool(self, pod: Pod, providers: Sequence[ProviderHints]) -> None:
         """Name the empty-shared-pool rule when it is why a provider had no hint (KEP-5526 §4.2).
 
-        A provider answers a pod that breaks the rule with an empty hint list, which the merge reports as a
-        locality failure; operators should see the rule they broke instead. Only a provider that gave an
-        empty list is asked, with the rule check its own AllocatePod applies; CPU first, as admission runs.
+        A provider answers a pod that breaks the rule with an empty hint list. The merge then reports a
+        locality failure, but operators should see the rule they broke. So each provider that gave an empty
+        list is asked whether the pod breaks the rule, with the same check its AllocatePod makes. CPU is asked
+        first, in the order admission allocates.
         """
-        violation = None
-        if self._cpu is not None and _has_impossible(providers[0]):
-            violation = self._cpu.empty_shared_pool(pod, self._cpu.pod_guaranteed_cpus(pod))
-        if violation is None and self._memory is not None and _has_impossible(providers[1]):
-            violation = memory_empty_shared_pool(pod, pod_requests(pod))
-        if violation is not None:
-            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
+        for policy, hints in zip((self._cpu, self._memory), providers, strict=True):
+            violation = policy.empty_shared_pool(pod) if _has_impossible(hints) else None
+            if violation is not None:
+                raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
 
     def _admit_classic_pod_scope(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """The kubelet's pod scope for a pod without a budget: one hint for all, Allocate per container."""
         cpu, memory = self._cpu, self._memory
-        hint = self._merged(
-            [
-                cpu.pod_hints(state.cpu, pod) if cpu is not None else None,
-                memory.pod_hints(state.memory, pod) if memory is not None else None,
-            ],
-            state,
-            partial(_aggregate, pod),
-        )
+        providers = [cpu.pod_hints(state.cpu, pod), memory.pod_hints(state.memory, pod)]
+        hint = self._merged(providers, state, partial(_aggregate, pod))
         cpu_state, memory_state = state.cpu, state.memory
         for container in pod.all_containers:
-            if cpu is not None:
-                cpu_state = cpu.allocate(cpu_state, pod, container, hint)
-            if memory is not None:
-                memory_state = memory.allocate(memory_state, pod, container, hint)
+            cpu_state = cpu.allocate(cpu_state, pod, container, hint)
+            memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
     def _admit_per_container(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
@@ -247,22 +232,21 @@ class Engine:
         cpu, memory = self._cpu, self._memory
         cpu_state, memory_state = state.cpu, state.memory
         for container in pod.all_containers:
+            providers = [
+                cpu.container_hints(cpu_state, pod, container),
+                memory.container_hints(memory_state, pod, container),
+            ]
             hint = self._merged(
-                [
-                    cpu.container_hints(cpu_state, pod, container) if cpu is not None else None,
-                    memory.container_hints(memory_state, pod, container) if memory is not None else None,
-                ],
+                providers,
                 NodeState(cpu_state, memory_state, state.pods, state.removed),
                 partial(_requests, container),
             )
-            if cpu is not None:
-                cpu_state = cpu.allocate(cpu_state, pod, container, hint)
-            if memory is not None:
-                memory_state = memory.allocate(memory_state, pod, container, hint)
+            cpu_state = cpu.allocate(cpu_state, pod, container, hint)
+            memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
     def _merged(
-        self, providers: list[ProviderHints], state: NodeState, requested: Callable[[], Mapping[str, int]]
+        self, providers: Sequence[ProviderHints], state: NodeState, requested: Callable[[], Mapping[str, int]]
     ) -> TopologyHint:
         if self.config.topology_policy is TopologyPolicyName.NONE:
             return _NO_PREFERENCE
@@ -310,10 +294,8 @@ class Engine:
         """Remove `names`, `live` being how many of the pod's containers are still there."""
         cpu, memory = state.cpu, state.memory
         for name in names:
-            if self._cpu is not None:
-                cpu = self._cpu.remove_container(cpu, pod_uid, name)
-            if self._memory is not None:
-                memory = self._memory.remove_container(memory, pod_uid, name)
+            cpu = self._cpu.remove_container(cpu, pod_uid, name)
+            memory = self._memory.remove_container(memory, pod_uid, name)
         if live > len(names):
             gone = state.removed.get(pod_uid, frozenset()).union(names)
             return NodeState(cpu, memory, state.pods, _with(state.removed, pod_uid, gone))
@@ -336,10 +318,9 @@ class Engine:
         bubble_mems = self._bubble_mems(state, pod_uid)
         entries = state.cpu.entries.get(pod_uid, {})
         shared_pool = self.node_shared_pool(state)
-        cpu = self._cpu
         exclusive: Mapping[str, int] = {}
-        if bubble is not None and cpu is not None:
-            exclusive = {c.name: cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
+        if bubble is not None:
+            exclusive = {c.name: self._cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
         containers: list[ContainerDecision] = []
         for container in state.live_containers(pod_uid):
             quota: int | None = None
@@ -354,7 +335,7 @@ class Engine:
                 cpus, assignment, quota = entries[container.name], Assignment.NODE_EXCLUSIVE, UNLIMITED_QUOTA
             else:
                 cpus, assignment = shared_pool, Assignment.NODE_SHARED
-            mems = self._memory.mems_of(state.memory, pod_uid, container.name) if self._memory else None
+            mems = self._memory.mems_of(state.memory, pod_uid, container.name)
             containers.append(
                 ContainerDecision(
                     name=container.name,
@@ -377,24 +358,15 @@ class Engine:
     def _pod_shared_quota(self, pod: Pod, container: Container, exclusive: Mapping[str, int]) -> int | None:
         """§4.6: the pod CPU limit minus the exclusive slices running beside this container, as CFS quota.
 
-        A standard init container runs before the app containers, so only the sidecars declared before it
-        run beside it; sidecars and app containers run beside every sidecar and app slice.
+        The slices beside it are those of the last phase it runs in: its own phase for a standard init
+        container, the pod's last phase for a sidecar or an app container.
         """
         assert pod.resources is not None
         limit = pod.resources.limits.get(CPU, pod.resources.request(CPU))
         if limit == 0:
             return None
-        beside = 0
-        if container.kind is ContainerKind.INIT:
-            for other in pod.init_containers:
-                if other is container:
-                    break
-                if other.kind is ContainerKind.SIDECAR:
-                    beside += exclusive.get(other.name, 0)
-        else:
-            beside = sum(
-                exclusive.get(c.name, 0) for c in pod.all_containers if c.kind is not ContainerKind.INIT
-            )
+        last = [phase for phase in pod.phases() if container.name in (c.name for c in phase.containers)][-1]
+        beside = sum(exclusive.get(c.name, 0) for c in last.containers)
         leftover_millis = limit - 1000 * beside
         return milli_cpu_to_quota(max(1, leftover_millis), self.config.cpu_period_us)
 

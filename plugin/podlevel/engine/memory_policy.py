@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Final
 
@@ -38,6 +39,7 @@ from podlevel.engine.pod import (
     is_memory_resource,
 )
 from podlevel.engine.quantity import bytes_of, format_bytes
+from podlevel.engine.shared_pool import empty_shared_pool_violation, partition
 from podlevel.engine.topology import NUMANode, Topology
 from podlevel.engine.topology_manager import TopologyHint
 
@@ -168,7 +170,7 @@ class StaticMemoryPolicy:
         if pod.qos_class() is not QOSClass.GUARANTEED:
             return None
         requests = pod_requests(pod)
-        if pod.resources is not None and empty_shared_pool_violation(pod, requests) is not None:
+        if pod.resources is not None and self.empty_shared_pool(pod) is not None:
             return {name: [] for name in requests}
         if not requests:
             return None
@@ -190,11 +192,13 @@ class StaticMemoryPolicy:
         return {name: list(hints) for name in requests}
 
     def _calculate_hints(self, state: MemoryState, pod_uid: str, requests: Requests) -> list[TopologyHint]:
-        """`calculateHints`: every mask with enough allocatable memory for each resource, that the node groups
-        allow, and with enough free memory (plus what the pod's init containers hold there); preferred when
-        as narrow as the narrowest mask with enough *allocatable* memory. Empty when nothing fits.
+        """`calculateHints`: the masks that can hold every requested resource. Empty when nothing fits.
 
-        The group rule is applied first: on a used machine it leaves a few masks (each node alone, the
+        A mask qualifies when the node groups allow it and, for each resource, it has enough allocatable
+        memory and enough free memory (counting what the pod's init containers hold there). A hint is
+        preferred when its mask is as narrow as the narrowest mask with enough *allocatable* memory.
+
+        The group rule is applied first: on a used machine it leaves few masks (each node alone, the
         groups), so the memory sums are looked up for those only."""
         if not requests:
             return []
@@ -223,10 +227,13 @@ class StaticMemoryPolicy:
         return [pairs[i][sizes[i] == narrowest] for i in candidates]
 
     def _group_allowed(self, machine: Mapping[int, NUMANodeState]) -> Sequence[int]:
-        """Indices, ascending, of the masks the node groups allow: each node outside any group; each
-        multi-node mask without used nodes; each group whose used nodes all have it as their group (a used
-        node in any other multi-node mask would mix allocations). Built from the groups rather than by
-        testing all masks: a used machine allows few."""
+        """Indices, ascending, of the masks the node groups allow. These are:
+        - each node that is in no group;
+        - each multi-node mask without used nodes;
+        - each group whose used nodes all have it as their group. A used node in any other multi-node mask
+          would mix allocations.
+        The list is built from the groups rather than by testing every mask, because a used machine allows
+        few."""
         assigned = 0
         groups: dict[int, int] = {}
         for n in self.node_ids:
@@ -282,7 +289,7 @@ class StaticMemoryPolicy:
         if pod.qos_class() is not QOSClass.GUARANTEED or pod.uid in state.pod_entries:
             return state
         budget = pod_requests(pod)
-        violation = empty_shared_pool_violation(pod, budget)
+        violation = self.empty_shared_pool(pod)
         if violation is not None:
             raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
         if not budget:
@@ -297,10 +304,19 @@ class StaticMemoryPolicy:
         pod_entries = {**state.pod_entries, pod.uid: pod_blocks}
         return MemoryState(machine, entries, pod_entries, state.init_reusable)
 
+    @staticmethod
+    def empty_shared_pool(pod: Pod) -> str | None:
+        """What breaks the empty-shared-pool rule for this pod's memory budget, or None when it keeps the
+        rule. A container is exclusive when it has any memory request (after `container_requests`)."""
+        return empty_shared_pool_violation(pod, pod_requests(pod), partial(container_requests, pod))
+
     def _resolve(self, state: MemoryState, pod: Pod, requests: Requests, hint: TopologyHint) -> int:
-        """The mask to charge: the topology manager's hint, else the default hint; widened to the best
-        calculated hint around it when it lacks free memory (the merge ANDs masks) or is a single node that
-        belongs to a group; refused when it would mix single-node and multi-node allocations on a node.
+        """The mask to charge.
+
+        It starts as the topology manager's hint, or the default hint when that has no mask. It is widened to
+        the best calculated hint around it when it lacks free memory (the merge ANDs masks, so it can) or
+        when it is a single node that belongs to a group. It is refused when it would mix single-node and
+        multi-node allocations on a node.
 
         The kubelet widens only for lack of memory, and so charges a single grouped node when the merge hands
         it one: that node's group then disagrees with its blocks and the kubelet's own state check fails on
@@ -484,76 +500,19 @@ def pod_requests(pod: Pod) -> dict[str, int]:
     return {name: pod.aggregate_request(name) for name in names}
 
 
-def empty_shared_pool_violation(pod: Pod, budget: Requests) -> str | None:
-    """KEP-5526's empty-shared-pool rule for memory (`validatePodScopeResources`), or None when kept.
-
-    A container is exclusive when it has any memory request (after `container_requests`) and shared when it
-    has none, whatever the resource; standard init containers run one at a time beside the sidecars before
-    them, sidecars and app containers run together for the pod's whole life.
-    """
-    long_running: dict[str, int] = {}
-    shared: list[str] = []
-    for container in pod.init_containers:
-        requests = container_requests(pod, container)
-        if container.kind is ContainerKind.INIT:
-            for name, total in sorted(budget.items()):
-                left = total - long_running.get(name, 0)
-                if requests and requests.get(name, 0) > left:
-                    return (
-                        f"init container {container.name!r} needs {requests[name]} bytes of {name} but only "
-                        f"{left} of the pod's {total} are left beside the sidecars before it"
-                    )
-                if not requests and left <= 0:
-                    return (
-                        f"init container {container.name!r} needs the pod shared pool but the sidecars "
-                        f"before it take {total - left} of the pod's {total} bytes of {name}"
-                    )
-            continue
-        _add_long_running(long_running, shared, container.name, requests)
-    for container in pod.containers:
-        _add_long_running(long_running, shared, container.name, container_requests(pod, container))
-    for name, total in sorted(budget.items()):
-        taken = long_running.get(name, 0)
-        if shared and taken >= total:
-            return (
-                f"exclusive containers take {taken} of the pod's {total} bytes of {name}, leaving an empty "
-                f"pod shared pool for {', '.join(shared)}"
-            )
-    return None
-
-
-def _add_long_running(long_running: dict[str, int], shared: list[str], name: str, requests: Requests) -> None:
-    if not requests:
-        shared.append(name)
-    for resource, size in requests.items():
-        long_running[resource] = long_running.get(resource, 0) + size
-
-
 def _partition(pod: Pod, budget: Requests, nodes: tuple[int, ...]) -> dict[str, tuple[MemoryBlock, ...]]:
-    """The per-container bookkeeping of a pod budget (`AllocatePod` step 4): exclusive containers get their
-    requests; a shared standard init container gets the budget minus the sidecars before it; shared app
-    containers and shared sidecars get what the sidecars and exclusive app containers leave."""
-    assigned: dict[str, tuple[MemoryBlock, ...]] = {}
-    sidecars: dict[str, int] = {}
-    for container in pod.init_containers:
-        requests = container_requests(pod, container)
-        if requests:
-            assigned[container.name] = _blocks(nodes, requests)
-            if container.kind is ContainerKind.SIDECAR:
-                for name, size in requests.items():
-                    sidecars[name] = sidecars.get(name, 0) + size
-        elif container.kind is ContainerKind.INIT:
-            assigned[container.name] = _blocks(nodes, {n: t - sidecars.get(n, 0) for n, t in budget.items()})
-    pool = {name: total - sidecars.get(name, 0) for name, total in budget.items()}
-    for container in pod.containers:
-        requests = container_requests(pod, container)
-        if requests:
-            assigned[container.name] = _blocks(nodes, requests)
-            for name, size in requests.items():
-                if name in pool:
-                    pool[name] -= size
-    shared = _blocks(nodes, pool)
-    return {c.name: assigned.get(c.name, shared) for c in pod.all_containers}
+    """The per-container bookkeeping of a pod budget (`AllocatePod` step 4): an exclusive container's blocks
+    are its requests, a shared container's the pod shared pool beside it."""
+
+    def slice_of(container: Container, _free: Requests) -> Requests | None:
+        return container_requests(pod, container) or None
+
+    shares = partition(pod, budget, slice_of, _minus)
+    return {name: _blocks(nodes, share) for name, share in shares.items()}
+
+
+def _minus(pool: Requests, taken: Requests) -> Requests:
+    return {name: size - taken.get(name, 0) for name, size in pool.items()}
 
 
 def _blocks(nodes: tuple[int, ...], sizes: Requests) -> tuple[MemoryBlock, ...]:

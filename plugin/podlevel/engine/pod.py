@@ -7,11 +7,11 @@ care which.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Final, NamedTuple
 
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
@@ -70,6 +70,21 @@ class Container:
     resources: Resources = field(default_factory=Resources)
 
 
+class Phase(NamedTuple):
+    """Containers that run at the same time (KEP-753).
+
+    A pod goes through one phase per standard init container, which runs beside the sidecars declared before
+    it, and then a last phase in which every sidecar and every app container run together.
+    """
+
+    sidecars: tuple[Container, ...]
+    """The sidecars running in this phase, in declaration order."""
+    init: Container | None
+    """The standard init container of this phase; None in the last phase."""
+    containers: tuple[Container, ...]
+    """Everything running in this phase: the sidecars, then the init container or the app containers."""
+
+
 @dataclass(frozen=True, slots=True)
 class Pod:
     uid: str
@@ -81,7 +96,9 @@ class Pod:
     """Standard init containers and sidecars, in declaration order (their kind tells them apart)."""
     containers: tuple[Container, ...] = ()
     _qos: QOSClass = field(init=False, repr=False, compare=False)
-    """Computed once: every admission asks for it several times, and the pod never changes."""
+    _phases: tuple[Phase, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    """The QoS class and the phases are computed once (the phases on first use): every admission asks for them
+    several times, and the pod never changes."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_qos", self._compute_qos())
@@ -90,20 +107,27 @@ class Pod:
     def all_containers(self) -> tuple[Container, ...]:
         return self.init_containers + self.containers
 
-    def aggregate_request(self, resource: str) -> int:
-        """What the containers need at once (KEP-753): the larger of each init container plus the sidecars
-        declared before it, and all app containers plus all sidecars. The API server's pod budget rule and
-        the kubelet's pod-scope hints both compare against this."""
-        sidecars = peak_init = 0
+    def phases(self) -> tuple[Phase, ...]:
+        """The pod's phases in the order they run; the last one (sidecars and apps) is always there."""
+        phases = self._phases
+        if phases is None:
+            phases = tuple(self._walk_phases())
+            object.__setattr__(self, "_phases", phases)
+        return phases
+
+    def _walk_phases(self) -> Iterator[Phase]:
+        sidecars: tuple[Container, ...] = ()
         for container in self.init_containers:
-            request = container.resources.request(resource)
             if container.kind is ContainerKind.SIDECAR:
-                sidecars += request
-                peak_init = max(peak_init, sidecars)
+                sidecars += (container,)
             else:
-                peak_init = max(peak_init, sidecars + request)
-        apps = sum(c.resources.request(resource) for c in self.containers)
-        return max(peak_init, apps + sidecars)
+                yield Phase(sidecars, container, (*sidecars, container))
+        yield Phase(sidecars, None, sidecars + self.containers)
+
+    def aggregate_request(self, resource: str) -> int:
+        """What the containers need at once: the largest phase's total. The API server's pod budget rule and
+        the kubelet's pod-scope hints both compare against this."""
+        return max(sum(c.resources.request(resource) for c in phase.containers) for phase in self.phases())
 
     def container(self, name: str) -> Container | None:
         for container in self.all_containers:

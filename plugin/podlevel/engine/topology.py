@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Final
+from typing import Final, TypedDict
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
@@ -147,7 +147,21 @@ def _freeze(groups: Mapping[int, set[int]]) -> Mapping[int, CPUSet]:
     return MappingProxyType({k: CPUSet(v) for k, v in sorted(groups.items())})
 
 
+_SPEC_RULE: Final = "topology spec"
 _SPEC_KEYS: Final = ("sockets", "nodes-per-socket", "cores-per-node", "threads-per-core")
+_UNCORES_KEY: Final = "uncore-caches-per-node"
+
+
+class _SyntheticMachine(TypedDict):
+    """`synthetic_topology`'s arguments, as a spec gives them."""
+
+    sockets: int
+    nodes_per_socket: int
+    cores_per_node: int
+    threads_per_core: int
+    uncore_caches_per_node: int
+    memory_per_node: int
+    hugepages: Mapping[int, int]
 
 
 def from_spec(spec: str) -> Topology:
@@ -155,32 +169,27 @@ def from_spec(spec: str) -> Topology:
     `sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q]`.
 
     Optional keys: `hugepages-<size>=<quantity per node>` (e.g. `hugepages-2Mi=1Gi`) and
-    `uncore-caches-per-node=U`. CPU ids follow Linux on common x86 servers: the first thread of every core in
-    socket, node, core order, then the second threads in the same order. Distances: 10 local,
-    12 between nodes of one socket, 20 across sockets.
+    `uncore-caches-per-node=U`. The machine is `synthetic_topology`'s.
     """
+    return synthetic_topology(**_parse_spec(spec))
+
+
+def _parse_spec(spec: str) -> _SyntheticMachine:
+    """The spec's values, or InputError naming the key that is missing, repeated, unknown or malformed."""
     values: dict[str, str] = {}
     for item in spec.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or not value:
-            raise InputError("topology spec", f"{item!r} is not KEY=VALUE (spec {spec!r})")
+            raise InputError(_SPEC_RULE, f"{item!r} is not KEY=VALUE (spec {spec!r})")
         if key in values:
-            raise InputError("topology spec", f"{key} is given twice ({values[key]!r} and {value!r})")
+            raise InputError(_SPEC_RULE, f"{key} is given twice ({values[key]!r} and {value!r})")
         values[key] = value
     counts: dict[str, int] = {}
-    for key in (*_SPEC_KEYS, "uncore-caches-per-node"):
+    for key in _SPEC_KEYS:
         if key not in values:
-            if key == "uncore-caches-per-node":
-                counts[key] = 1
-                continue
-            raise InputError("topology spec", f"{key} is missing (need {', '.join(_SPEC_KEYS)})")
-        raw = values.pop(key)
-        try:
-            counts[key] = int(raw)
-        except ValueError:
-            raise InputError("topology spec", f"{key} must be a positive integer, got {raw!r}") from None
-        if counts[key] < 1:
-            raise InputError("topology spec", f"{key} must be a positive integer, got {raw!r}")
+            raise InputError(_SPEC_RULE, f"{key} is missing (need {', '.join(_SPEC_KEYS)})")
+        counts[key] = _positive(key, values.pop(key))
+    uncores = _positive(_UNCORES_KEY, values.pop(_UNCORES_KEY)) if _UNCORES_KEY in values else 1
     memory = bytes_of(values.pop("memory-per-node", DEFAULT_MEMORY_PER_NODE))
     hugepages: dict[int, int] = {}
     for key in [k for k in values if k.startswith("hugepages-")]:
@@ -188,44 +197,82 @@ def from_spec(spec: str) -> Topology:
         total = bytes_of(values.pop(key))
         if page == 0 or total % page:
             raise InputError(
-                "topology spec",
+                _SPEC_RULE,
                 f"{key}: {format_bytes(total)} per node is not a whole number of {format_bytes(page)} pages",
             )
         hugepages[page] = total // page
     if values:
-        known = ", ".join((*_SPEC_KEYS, "uncore-caches-per-node", "memory-per-node", "hugepages-<size>"))
-        raise InputError("topology spec", f"unknown key(s) {', '.join(sorted(values))} (known: {known})")
-    reserved_for_pages = sum(p * n for p, n in hugepages.items())
-    if reserved_for_pages > memory:
-        raise InputError(
-            "topology spec",
-            f"hugepages exceed memory-per-node: {format_bytes(reserved_for_pages)} of hugepages per node, "
-            f"memory-per-node is {format_bytes(memory)}",
-        )
+        known = ", ".join((*_SPEC_KEYS, _UNCORES_KEY, "memory-per-node", "hugepages-<size>"))
+        raise InputError(_SPEC_RULE, f"unknown key(s) {', '.join(sorted(values))} (known: {known})")
+    return _SyntheticMachine(
+        sockets=counts["sockets"],
+        nodes_per_socket=counts["nodes-per-socket"],
+        cores_per_node=counts["cores-per-node"],
+        threads_per_core=counts["threads-per-core"],
+        uncore_caches_per_node=uncores,
+        memory_per_node=memory,
+        hugepages=hugepages,
+    )
 
-    sockets, per_socket = counts["sockets"], counts["nodes-per-socket"]
-    per_node, threads = counts["cores-per-node"], counts["threads-per-core"]
-    uncores = counts["uncore-caches-per-node"]
-    if per_node % uncores:
+
+def _positive(key: str, raw: str) -> int:
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise InputError(_SPEC_RULE, f"{key} must be a positive integer, got {raw!r}")
+    return count
+
+
+def synthetic_topology(
+    sockets: int,
+    nodes_per_socket: int,
+    cores_per_node: int,
+    threads_per_core: int,
+    *,
+    uncore_caches_per_node: int = 1,
+    memory_per_node: int = DEFAULT_MEMORY_PER_NODE,
+    hugepages: Mapping[int, int] | None = None,
+) -> Topology:
+    """A regular machine, numbered as Linux numbers common x86 servers; `simulate`, tests and demos use it.
+
+    CPU ids: the first thread of every core in socket, node, core order, then the second threads in the same
+    order. Distances: 10 local, 12 between nodes of one socket, 20 across sockets. Every node has
+    `memory_per_node` bytes, of which `hugepages` (page size in bytes -> pages per node) are hugepages.
+    """
+    pages = MappingProxyType(dict(hugepages or {}))
+    pages_total = sum(page * count for page, count in pages.items())
+    if pages_total > memory_per_node:
         raise InputError(
-            "topology spec",
-            f"cores-per-node ({per_node}) must be a multiple of uncore-caches-per-node ({uncores})",
+            _SPEC_RULE,
+            f"hugepages exceed memory-per-node: {format_bytes(pages_total)} of hugepages per node, "
+            f"memory-per-node is {format_bytes(memory_per_node)}",
         )
-    total_cores = sockets * per_socket * per_node
+    if cores_per_node % uncore_caches_per_node:
+        raise InputError(
+            _SPEC_RULE,
+            f"cores-per-node ({cores_per_node}) must be a multiple of uncore-caches-per-node "
+            f"({uncore_caches_per_node})",
+        )
+    node_count = sockets * nodes_per_socket
+    cores_per_socket = nodes_per_socket * cores_per_node
+    cores_per_uncore = cores_per_node // uncore_caches_per_node
+    total_cores = sockets * cores_per_socket
     cpus: list[CPUInfo] = []
-    for core_index in range(total_cores):
-        socket, rest = divmod(core_index, per_socket * per_node)
-        node = socket * per_socket + rest // per_node
-        uncore = node * uncores + (rest % per_node) // (per_node // uncores)
-        for thread in range(threads):
-            cpus.append(CPUInfo(thread * total_cores + core_index, core_index, socket, node, uncore))
+    for core in range(total_cores):
+        socket, core_in_socket = divmod(core, cores_per_socket)
+        node = socket * nodes_per_socket + core_in_socket // cores_per_node
+        uncore = node * uncore_caches_per_node + (core_in_socket % cores_per_node) // cores_per_uncore
+        for thread in range(threads_per_core):
+            cpus.append(CPUInfo(thread * total_cores + core, core, socket, node, uncore))
     nodes = []
-    for node in range(sockets * per_socket):
+    for node in range(node_count):
         distances = {
             other: LOCAL_DISTANCE if other == node
-            else SAME_SOCKET_DISTANCE if other // per_socket == node // per_socket
+            else SAME_SOCKET_DISTANCE if other // nodes_per_socket == node // nodes_per_socket
             else REMOTE_DISTANCE
-            for other in range(sockets * per_socket)
+            for other in range(node_count)
         }
-        nodes.append(NUMANode(node, memory, MappingProxyType(dict(hugepages)), MappingProxyType(distances)))
+        nodes.append(NUMANode(node, memory_per_node, pages, MappingProxyType(distances)))
     return Topology(cpus, nodes)

@@ -1,38 +1,37 @@
 """The topology manager: merge the hint providers' NUMA hints into one affinity and decide admission.
 
-Semantics are the kubelet's (`pkg/kubelet/cm/topologymanager`): each provider answers per resource with a list
-of hints; `filter_provider_hints` turns "no answer" into a preferred any-node hint and "no possible placement"
-into a non-preferred one; the merge walks the cross product of the per-resource lists, ANDs each permutation's
-masks, and keeps the best merged hint by the kubelet's `HintMerger.compare`; the policy decides admission.
+Semantics are the kubelet's (`pkg/kubelet/cm/topologymanager`):
+1. Each provider (the CPU and memory policies) answers per resource with a list of hints.
+2. `filter_provider_hints` turns "no answer" into a preferred any-node hint and "no possible placement" into a
+   non-preferred one.
+3. The merge ANDs the masks of every permutation (one hint per list) and keeps the best merged hint by the
+   kubelet's `HintMerger.compare`.
+4. The policy decides whether that hint admits the pod.
 
-The kubelet's walk costs the product of the list lengths (255 x 255 on an 8-node machine). `merge` returns the
-identical hint without walking it. The walk's winner depends only on two sets, because `compare` keeps:
-- the best preferred candidate, if any permutation is preferred ("fitter" = narrower, or closer with
-  prefer-closest-numa-nodes; a total order on distinct masks, so the walk order does not matter);
-- otherwise, with B = the largest per-resource narrowest count (`BestNonPreferredAffinityCount`): the fittest
-  candidate of count B; failing that, the fittest of the largest count below B; failing that, the fittest.
-A preferred permutation picks, in every list, a preferred hint whose mask is nil or one common mask M, so the
-preferred candidates are an intersection of per-list sets. The non-preferred candidates are all non-empty ANDs
-reachable by picking one mask per list; for long lists that set comes from the 2^n lattice of node subsets
-(superset sums, their product and its Moebius inverse count the permutations whose AND is exactly a mask).
-tests/unit/test_topology_manager.py checks both paths against a literal permutation walk.
+`merge` returns the hint the kubelet's walk would, without walking every permutation. The winner depends on
+two sets only, because `compare` keeps:
+- the best preferred candidate, if any permutation is preferred. "Best" is the fittest: the narrowest mask,
+  or with prefer-closest-numa-nodes the closest. This is a total order on distinct masks, so the walk order
+  does not matter.
+- otherwise the fittest non-preferred candidate of B nodes, B being the largest count any one resource needs
+  at its narrowest (`BestNonPreferredAffinityCount`); failing that, the fittest of the largest count below
+  B; failing that, the fittest of all.
+A preferred permutation picks, in every list, a preferred hint whose mask is nil or one common mask, so the
+preferred candidates are an intersection of per-list sets (`preferred_candidates`). The non-preferred
+candidates are every non-empty AND of one mask per list (`hint_lattice.reachable_ands`).
 """
 
 from __future__ import annotations
 
-import re
-import sys
-from array import array
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from itertools import compress
-from math import prod
-from operator import mul
 from typing import Final, cast
 
 from podlevel.engine.bitmask import mask_of, narrowness
 from podlevel.engine.errors import InputError
+from podlevel.engine.hint_lattice import LATTICE_MAX_NODES, NodeLattice, reachable_ands
+from podlevel.engine.option_values import parse_go_bool, parse_go_int
 from podlevel.engine.topology import Topology
 
 PREFER_CLOSEST_NUMA_NODES: Final = "prefer-closest-numa-nodes"
@@ -40,18 +39,8 @@ MAX_ALLOWABLE_NUMA_NODES: Final = "max-allowable-numa-nodes"
 DEFAULT_MAX_ALLOWABLE_NUMA_NODES: Final = 8
 """The kubelet's default and minimum: beyond 8 nodes the 2^n hint masks explode (KEP-4622)."""
 
-LATTICE_MAX_NODES: Final = 10
-"""Above this the 2^n lattice costs more than any realistic permutation walk; the merge walks instead."""
-_LATTICE_MIN_PERMUTATIONS: Final = 1024
-"""Below this many permutations walking the deduplicated product is cheaper than three lattice transforms."""
 
 _NIL: Final = frozenset({None})
-_LANE_BITS: Final = 32
-_LANE_BYTES: Final = _LANE_BITS // 8
-_LANE_CODE: Final = next(code for code in "IL" if array(code).itemsize == _LANE_BYTES)
-_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
-_GO_FALSE: Final = frozenset({"0", "f", "F", "FALSE", "false", "False"})
-_GO_INT: Final = re.compile(r"^[+-]?[0-9]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +71,6 @@ ProviderHints = Mapping[str, Sequence[TopologyHint] | None] | None
 means the resource cannot be placed at all; a None (or empty) answer means no preference for anything."""
 
 
-def parse_go_bool(option: str, value: str) -> bool:
-    """`strconv.ParseBool`, which the kubelet uses for policy option values."""
-    if value in _GO_TRUE:
-        return True
-    if value in _GO_FALSE:
-        return False
-    raise InputError(option, f"bad value {value!r}: not a boolean (true/false, t/f, 1/0)")
-
-
 @dataclass(frozen=True, slots=True)
 class TopologyManagerOptions:
     prefer_closest_numa_nodes: bool = False
@@ -105,9 +85,7 @@ class TopologyManagerOptions:
             if key == PREFER_CLOSEST_NUMA_NODES:
                 prefer_closest = parse_go_bool(key, value)
             elif key == MAX_ALLOWABLE_NUMA_NODES:
-                if not _GO_INT.match(value):
-                    raise InputError(key, f"bad value {value!r}: not an integer")
-                max_allowable = int(value)
+                max_allowable = parse_go_int(key, value)
                 if max_allowable < DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
                     raise InputError(
                         key, f"{max_allowable} is below the minimum of {DEFAULT_MAX_ALLOWABLE_NUMA_NODES}"
@@ -263,83 +241,3 @@ def best_non_preferred(candidates: Collection[int], target: int, fitness: Fitnes
         widest = max(m.bit_count() for m in below)
         return min((m for m in below if m.bit_count() == widest), key=fitness)
     return min(candidates, key=fitness)
-
-
-def reachable_ands(mask_sets: Sequence[set[int]], default: int, lattice: NodeLattice | None) -> set[int]:
-    """Every non-zero AND of one mask from each set (masks already restricted to `default`)."""
-    if lattice is not None and prod(len(s) for s in mask_sets) >= _LATTICE_MIN_PERMUTATIONS:
-        return lattice.reachable_ands(mask_sets)
-    return reachable_ands_walk(mask_sets, default)
-
-
-def reachable_ands_walk(mask_sets: Sequence[set[int]], default: int) -> set[int]:
-    reachable = {default}
-    for masks in mask_sets:
-        reachable = {r & m for r in reachable for m in masks}
-    reachable.discard(0)
-    return reachable
-
-
-class NodeLattice:
-    """The 2^n subsets of a machine's NUMA nodes as one big int of 32-bit lanes, lane x for subset x (bit i
-    of x stands for the i-th node id): a transform over all subsets is a few whole-int shifts, masks, adds.
-
-    Lanes never carry into each other: superset sums of a 0/1 vector stay below 2^n, the product of two stays
-    below 4^n, and every partial Moebius inverse of that product is a count of pairs, so never negative.
-    """
-
-    def __init__(self, node_ids: Sequence[int]) -> None:
-        self.bits = len(node_ids)
-        size = 1 << self.bits
-        self.unpack: tuple[int, ...] = tuple(
-            mask_of(n for i, n in enumerate(node_ids) if index >> i & 1) for index in range(size)
-        )
-        self.pack: Mapping[int, int] = {mask: index for index, mask in enumerate(self.unpack)}
-        lane = (1 << _LANE_BITS) - 1
-        self._without_bit: tuple[int, ...] = tuple(
-            sum(lane << (_LANE_BITS * y) for y in range(size) if not y >> bit & 1) for bit in range(self.bits)
-        )
-
-    def reachable_ands(self, mask_sets: Sequence[set[int]]) -> set[int]:
-        """Every non-zero AND of one mask per set, folding the sets in pairwise: for the reachable masks R
-        and the next set S, Z_R(y) * Z_S(y) (Z = how many members contain y) counts the pairs whose AND
-        contains y, and its Moebius inverse over supersets counts the pairs whose AND is exactly y."""
-        if not mask_sets:
-            return {self.unpack[-1]}
-        reachable: Iterable[int] = mask_sets[0]
-        for masks in mask_sets[1:]:
-            pairs = map(mul, self._superset_counts(reachable), self._superset_counts(masks))
-            reachable = compress(self.unpack, self._lanes(self._moebius(self._pack_lanes(pairs))))
-        found = set(reachable)
-        found.discard(0)
-        return found
-
-    def _superset_counts(self, masks: Iterable[int]) -> array[int]:
-        lanes = self._indicator(masks)
-        for bit, without in enumerate(self._without_bit):
-            lanes += (lanes >> (_LANE_BITS << bit)) & without
-        return self._lanes(lanes)
-
-    def _indicator(self, masks: Iterable[int]) -> int:
-        lanes = bytearray(_LANE_BYTES << self.bits)
-        for index in map(self.pack.__getitem__, masks):
-            lanes[index * _LANE_BYTES] = 1
-        return int.from_bytes(lanes, "little")
-
-    def _moebius(self, lanes: int) -> int:
-        for bit, without in enumerate(self._without_bit):
-            lanes -= (lanes >> (_LANE_BITS << bit)) & without
-        return lanes
-
-    def _lanes(self, lanes: int) -> array[int]:
-        values = array(_LANE_CODE)
-        values.frombytes(lanes.to_bytes(_LANE_BYTES << self.bits, "little"))
-        if sys.byteorder == "big":
-            values.byteswap()
-        return values
-
-    def _pack_lanes(self, values: Iterable[int]) -> int:
-        packed = array(_LANE_CODE, values)
-        if sys.byteorder == "big":
-            packed.byteswap()
-        return int.from_bytes(packed.tobytes(), "little")

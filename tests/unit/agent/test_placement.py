@@ -18,9 +18,10 @@ from podlevel.agent.placement import (
     claimed_container,
     claimed_sandbox,
 )
+from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
+from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources

@@ -6,8 +6,9 @@ import pytest
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, updates_of
+from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.manager import CFS_PERIOD_US, UNLIMITED_QUOTA, Assignment
+from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation

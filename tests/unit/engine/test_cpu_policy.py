@@ -9,12 +9,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from podlevel.engine.bitmask import iterate_masks, nodes_of
-from podlevel.engine.cpu_policy import (
-    CPUManagerOptions,
-    CPUState,
-    StaticCPUPolicy,
-    empty_shared_pool_violation,
-)
+from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import (
     AdmissionError,
@@ -25,6 +20,7 @@ from podlevel.engine.errors import (
 )
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.quantity import bytes_of, milli_cpu
+from podlevel.engine.shared_pool import empty_shared_pool_violation
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import TopologyHint
 from support.kubelet_topologies import (
@@ -779,7 +775,7 @@ def test_exclusive_sum_below_budget_is_accepted_and_the_rest_stays_unused() -> N
 def test_empty_shared_pool_violation_is_generic_over_the_unit() -> None:
     the_pod = pod("p", ctr("a", "1"), ctr("b"), budget="1")
     found = empty_shared_pool_violation(
-        the_pod, 1024, lambda c: 1024 if c.name == "a" else 0, "bytes of memory"
+        the_pod, {"memory": 1024}, lambda c: {"memory": 1024} if c.name == "a" else {}
     )
     assert (
         found == "exclusive containers take 1024 of the pod's 1024 bytes of memory, leaving an empty pod "

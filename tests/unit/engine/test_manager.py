@@ -418,6 +418,20 @@ def test_memory_policy_none_keeps_cpu_alignment() -> None:
     assert not state.memory.machine
 
 
+@pytest.mark.parametrize("scope", list(Scope))
+@pytest.mark.parametrize("name", ["pod-scope-mixed", "container-scope-mixed", "empty-shared-pool"])
+def test_with_both_policies_none_containers_run_anywhere_and_nothing_is_held(scope: Scope, name: str) -> None:
+    eng = engine(scope, cpu_policy="none", memory_policy="None")
+    start = eng.initial_state()
+    state, decision = eng.admit(start, example(name))
+    assert decision.bubble_cpus is None and decision.bubble_mems is None
+    for container in decision.containers:
+        assert container.assignment is Assignment.NODE_SHARED and container.cpu_quota_us is None
+        assert (container.cpus, container.mems) == (eng.topology.all_cpus, (0, 1))
+    assert (state.cpu, state.memory) == (start.cpu, start.memory)
+    assert eng.remove_pod(state, decision.pod.uid) == start
+
+
 # -- confined admission (re-adopting what the runtime already runs) ------------------------------------
 
 

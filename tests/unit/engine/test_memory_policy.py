@@ -18,7 +18,6 @@ from podlevel.engine.memory_policy import (
     MemoryTable,
     StaticMemoryPolicy,
     container_requests,
-    empty_shared_pool_violation,
     pod_requests,
 )
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
@@ -659,7 +658,7 @@ def test_empty_shared_pool_is_refused() -> None:
     ],
 )
 def test_empty_shared_pool_rule(target: Pod, violation: str | None) -> None:
-    found = empty_shared_pool_violation(target, pod_requests(target))
+    found = StaticMemoryPolicy.empty_shared_pool(target)
     if violation is None:
         assert found is None
     else:

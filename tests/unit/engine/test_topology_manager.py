@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from podlevel.engine.bitmask import mask_of, narrowness
 from podlevel.engine.errors import InputError
+from podlevel.engine.hint_lattice import NodeLattice, reachable_ands_walk
 from podlevel.engine.topology import CPUInfo, NUMANode, Topology
 from podlevel.engine.topology_manager import (
-    NodeLattice,
     ProviderHints,
     TopologyHint,
     TopologyManager,
@@ -25,7 +25,6 @@ from podlevel.engine.topology_manager import (
     best_non_preferred_count,
     closest_key,
     filter_provider_hints,
-    reachable_ands_walk,
     single_numa_hints,
 )
 
