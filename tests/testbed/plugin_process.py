@@ -27,10 +27,17 @@ class PluginExited(RuntimeError):
 
 
 class PluginProcess:
-    """`nri-podlevel run --nri-socket SOCKET EXTRA...` in a child process; `lines` is its log so far."""
+    """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
+    so far. A plugin started again with the same `state_dir` restores from the checkpoints there."""
 
-    def __init__(self, nri_socket: Path, extra: Sequence[str] = (), *, prefix: str = "  plugin | ") -> None:
-        command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
+    def __init__(
+        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | "
+    ) -> None:
+        self.state_dir = state_dir
+        command = [
+            sys.executable, "-m", "podlevel.cli.main", "run",
+            "--nri-socket", str(nri_socket), "--state-dir", str(state_dir), *extra,
+        ]
         self.prefix = prefix
         self.lines: list[str] = []
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
