@@ -31,11 +31,10 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.state.engine_state import recorded_cpus
-from podlevel.state.store import StateDir, StateDirError
+from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
-DEFAULT_STATE_DIR: Final = Path("/var/lib/nri-podlevel")
 DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
 
