@@ -218,3 +218,28 @@ def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugi
 
     honest = start_pod(cri, demo_pod("fast-path"))
     assert applied(cri, honest.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+
+
+def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: CRI,
+                                                   plugin: PluginProcess) -> None:
+    """containerd goes away and comes back with the same containers: the plugin reconnects, the Synchronize
+    moves nothing, and the checkpoint still holds the bubble."""
+    web = start_pod(cri, demo_pod("web"), with_shape=False)
+    fast_path = demo_pod("fast-path")
+    fast = start_pod(cri, fast_path)
+    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
+    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
+              for name, cid in containers.items()}
+    marker = len(plugin.lines)
+
+    containerd.restart()
+
+    synchronized = plugin.wait_for_line("synchronized 2 pods, 2 containers;", LOG_TIMEOUT_S, after=marker)
+    assert synchronized.endswith("; 0 updates"), synchronized
+    with containerd.cri() as again:
+        assert {name: applied(again, cid) for name, cid in containers.items()} == before
+    pod_cgroup = cgroupfs.read_cgroup(containerd.pod_cgroup_parent(fast_path.uid, "guaranteed"))
+    assert pod_cgroup.effective_cpus == ASSIGNABLE
+    cpu = decode((plugin.state_dir / CPU_STATE_FILE).read_bytes())
+    assert cpu.valid and isinstance(cpu.content, CPUCheckpoint)
+    assert {uid: str(c) for uid, c in cpu.content.pod_entries.items()} == {fast_path.uid: ASSIGNABLE}

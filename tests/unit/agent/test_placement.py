@@ -658,6 +658,9 @@ def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> No
     assert refused == []
     assert updates == live.applied, "the runtime showed no cpusets, so every container is told its own"
     assert restarted.state.cpu == live.state.cpu
+    memory, recorded_memory = restarted.state.memory, live.state.memory
+    assert (memory.machine, memory.entries, memory.pod_entries) == (
+        recorded_memory.machine, recorded_memory.entries, recorded_memory.pod_entries)
     assert restarted.applied == live.applied
     assert restarted.resync == Resync(restored=3)
     # The checkpoint is for the first Synchronize only: a reconnect keeps the live state.
