@@ -32,9 +32,14 @@ class StartedPod:
     """container name -> container id, in start order."""
 
 
+def qos_tier(pod: Pod) -> str:
+    """The kubepods tier a kubelet puts the pod cgroup in (`guaranteed` sits right under kubepods)."""
+    return _QOS_TIER.get(pod.qos_class(), "besteffort")
+
+
 def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True) -> StartedPod:
     """Run the sandbox and every container of `pod`; raises CRIError as soon as one step fails."""
-    qos = _QOS_TIER.get(pod.qos_class(), "besteffort")
+    qos = qos_tier(pod)
     annotations = {SHAPE_ANNOTATION: to_annotation(pod)} if with_shape else {}
     sandbox_id = cri.run_pod(
         pod.name, namespace=pod.namespace, uid=pod.uid, resources=CRIResources.of(sandbox_resources(pod)),
