@@ -26,7 +26,7 @@ from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
-from support.builders import fast_path, guaranteed, new_engine
+from support.builders import MI, fast_path, guaranteed, new_engine
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
@@ -42,14 +42,14 @@ def shared_only() -> Pod:
     return Pod(
         uid="uid-shared",
         name="shared",
-        resources=guaranteed(3000, 512),
+        resources=guaranteed(3000, 512 * MI),
         containers=(Container("a", resources=burstable(500)), Container("b")),
     )
 
 
 def classic(name: str = "classic") -> Pod:
     """No pod-level resources, Guaranteed: the kubelet's per-container way gives the container node CPUs."""
-    exclusive = Container("exclusive", resources=guaranteed(2000, 128))
+    exclusive = Container("exclusive", resources=guaranteed(2000, 128 * MI))
     return Pod(uid=f"uid-{name}", name=name, containers=(exclusive,))
 
 
@@ -63,9 +63,9 @@ def empty_shared_pool() -> Pod:
     return Pod(
         uid="uid-no-room",
         name="no-room",
-        resources=guaranteed(2000, 512),
+        resources=guaranteed(2000, 512 * MI),
         init_containers=(Container("log", ContainerKind.SIDECAR),),
-        containers=(Container("app", resources=guaranteed(2000, 256)),),
+        containers=(Container("app", resources=guaranteed(2000, 256 * MI)),),
     )
 
 
@@ -74,7 +74,7 @@ def too_big() -> Pod:
     return Pod(
         uid="uid-big",
         name="big",
-        resources=guaranteed(9000, 512),
+        resources=guaranteed(9000, 512 * MI),
         containers=(Container("app", resources=burstable(500)),),
     )
 
