@@ -1,11 +1,11 @@
 """Start a pod from a Kubernetes manifest the way a kubelet would, through CRI.
 
-What the kubelet sends is what the plugin sees, so this follows it: standard init containers run to
-completion one after the other, then sidecars and app containers start in declaration order; the sandbox's
-cgroup parent names the QoS class. The pod-shape annotation that lets the plugin see the whole pod
-(`podspec.manifest.SHAPE_ANNOTATION`) is added as an admission webhook would add it.
-
-The CRI resources are the kubelet's, as `podspec.runtime` models them.
+The plugin sees what the kubelet sends, so this sends the same. Containers start in declaration order, init
+containers and sidecars first; each standard init container runs to completion before the next container
+starts. The sandbox's cgroup parent is the pod cgroup a kubelet makes in the pod's QoS tier. The CRI resources
+are the kubelet's, from the one model in `podspec.runtime`. The pod-shape annotation
+(`podspec.manifest.SHAPE_ANNOTATION`), which lets the plugin see the whole pod, is added as an admission
+webhook would add it.
 """
 
 from __future__ import annotations

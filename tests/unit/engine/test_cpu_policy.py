@@ -719,7 +719,8 @@ def test_kep_example_and_its_rejected_twin() -> None:
     assert before == p.initial_state()
 
 
-def test_seed_pods() -> None:
+def test_the_documentation_example_pods() -> None:
+    """pod-scope-mixed and empty-shared-pool of deploy/examples/, with the kubelet tests' memory."""
     p = policy(DUAL_HT)
     mixed = pod(
         "pod-scope-mixed",

@@ -525,8 +525,8 @@ EIGHT_GI: tuple[tuple[int, dict[int, int]], ...] = ((9 * GI, {}), (9 * GI, {}))
 
 
 def test_pod_scope_mixed_partitions_the_budget() -> None:
-    """The seed's pod-scope-mixed pod: main-app gets 2Gi, the sidecars share the other 2Gi, and the node is
-    charged once with the 4Gi budget."""
+    """The documentation's pod-scope-mixed example (deploy/examples/): main-app gets 2Gi, the sidecars share
+    the other 2Gi, and the node is charged once with the 4Gi budget."""
     p = policy(*EIGHT_GI, reserved=GI)
     assert p.pod_hints(p.initial_state(), POD_SCOPE_MIXED) == {
         "memory": [hint(0), hint(1), hint(0, 1, preferred=False)]
@@ -545,8 +545,8 @@ def test_pod_scope_mixed_partitions_the_budget() -> None:
 
 
 def test_empty_shared_pool_is_refused() -> None:
-    """The seed's empty-shared-pool pod: 1Gi + 3Gi exclusive of a 4Gi budget leaves nothing for
-    logging-sidecar."""
+    """The documentation's empty-shared-pool example (deploy/examples/): 1Gi + 3Gi exclusive of a 4Gi budget
+    leaves nothing for logging-sidecar."""
     p = policy(*EIGHT_GI, reserved=GI)
     assert p.pod_hints(p.initial_state(), EMPTY_SHARED_POOL) == {"memory": []}
     with pytest.raises(
