@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 import pytest
 
@@ -23,18 +22,14 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import Assignment
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.pod import Container, ContainerKind, Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
-from support.builders import MI, fast_path, guaranteed, new_engine
+from support.builders import MI, burstable, fast_path, guaranteed, new_engine
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
-
-
-def burstable(millis: int) -> Resources:
-    return Resources(requests=MappingProxyType({"cpu": millis}))
 
 
 def shared_only() -> Pod:
