@@ -165,14 +165,21 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
 
 
-def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
-                                                               plugin: PluginProcess) -> None:
+def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]]:
+    """`web` in the node shared pool and `fast-path`'s bubble, both settled: the fast-path pod, the two
+    containers by name and what each holds."""
     web = start_pod(cri, demo_pod("web"), with_shape=False)
     fast_path = demo_pod("fast-path")
     fast = start_pod(cri, fast_path)
     containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
     before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
               for name, cid in containers.items()}
+    return fast_path, containers, before
+
+
+def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
+                                                               plugin: PluginProcess) -> None:
+    fast_path, containers, before = web_and_fast_path(cri)
 
     plugin.kill()
     restarted = PluginProcess(containerd.nri_socket, state_dir=plugin.state_dir)
@@ -224,12 +231,7 @@ def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: 
                                                    plugin: PluginProcess) -> None:
     """containerd goes away and comes back with the same containers: the plugin reconnects, the Synchronize
     moves nothing, and the checkpoint still holds the bubble."""
-    web = start_pod(cri, demo_pod("web"), with_shape=False)
-    fast_path = demo_pod("fast-path")
-    fast = start_pod(cri, fast_path)
-    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
-    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
-              for name, cid in containers.items()}
+    fast_path, containers, before = web_and_fast_path(cri)
     marker = len(plugin.lines)
 
     containerd.restart()
