@@ -13,6 +13,7 @@ only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each 
 
 from __future__ import annotations
 
+import http.client
 import os
 import uuid
 from collections.abc import Iterator
@@ -245,3 +246,28 @@ def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: 
     cpu = decode((plugin.state_dir / CPU_STATE_FILE).read_bytes())
     assert cpu.valid and isinstance(cpu.content, CPUCheckpoint)
     assert {uid: str(c) for uid, c in cpu.content.pod_entries.items()} == {fast_path.uid: ASSIGNABLE}
+
+
+def probe(plugin: PluginProcess, path: str) -> int:
+    """The HTTP status of GET `path` on the plugin's endpoint, -1 if nothing answers."""
+    host, port = plugin.metrics_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return -1
+    finally:
+        connection.close()
+
+
+def test_probes_say_alive_and_ready_only_while_synchronized(plugin: PluginProcess, tmp_path: Path) -> None:
+    """/healthz answers while the process serves; /readyz only while registered and synchronized: a plugin
+    whose runtime socket is missing keeps redialling, alive but not ready."""
+    assert (probe(plugin, "/healthz"), probe(plugin, "/readyz")) == (200, 200)
+    lonely = PluginProcess(tmp_path / "no-runtime.sock", state_dir=tmp_path / "lonely", prefix="  lonely | ")
+    try:
+        wait_until(lambda: probe(lonely, "/healthz") == 200, LOG_TIMEOUT_S, "/healthz of the lonely plugin")
+        assert probe(lonely, "/readyz") == 503
+    finally:
+        lonely.stop()
