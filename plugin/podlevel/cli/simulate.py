@@ -218,14 +218,11 @@ def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
 def _numa_lines(result: Simulation) -> list[str]:
     engine, state = result.engine, result.state
     holders = _holders(result)
-    available = engine.node_shared_pool(state) - engine.reserved_cpus
     lines: list[str] = []
-    for node, node_cpus in engine.topology.cpus_by_numa.items():
-        free = [f"cpu={len(available & node_cpus)}"]
-        numa_state = state.memory.machine.get(node)
-        if numa_state is not None:
-            free += [f"{name}={format_bytes(t.free)}" for name, t in sorted(numa_state.memory_map.items())]
-        lines.append(f"  node {node}: cpus {node_cpus}  free {' '.join(free)}")
+    for numa in engine.free_per_numa(state):
+        node_cpus = engine.topology.cpus_by_numa[numa.node]
+        free = [f"cpu={len(numa.cpus)}", *(f"{name}={format_bytes(n)}" for name, n in numa.memory.items())]
+        lines.append(f"  node {numa.node}: cpus {node_cpus}  free {' '.join(free)}")
         rows = [[str(cpus & node_cpus), label] for label, cpus in holders if not cpus.is_disjoint(node_cpus)]
         lines.extend(_columns([["CPUS", "HELD BY"], *rows], "    "))
     return lines

@@ -21,6 +21,7 @@ Where each concept lives:
   `shared_pool.partition` and `shared_pool.empty_shared_pool_violation`.
 - Hints, their merge into one NUMA affinity, and the topology policies and scopes: `topology_manager`.
   The merge's non-preferred candidates, found on the lattice of NUMA node subsets: `hint_lattice`.
+- Why a pod got what it got or was refused (admission replayed with its merges traced): `explain`.
 - NUMA masks and the kubelet's orders over them: `bitmask`.
 - CFS conversions (CPU request to `cpu.shares`, limit to quota) and the unlimited quota: `cfs`.
 - The machine (CPUs, cores, sockets, NUMA nodes, distances) and synthetic machines: `topology`.

@@ -49,6 +49,7 @@ from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import (
+    Alignment,
     ProviderHints,
     Scope,
     TopologyHint,
@@ -68,6 +69,14 @@ V = TypeVar("V")
 
 CPUPolicyName = Literal["static", "none"]
 MemoryPolicyName = Literal["Static", "None"]
+
+
+class AdmissionPath(StrEnum):
+    """Which of the three admission paths (see the module docstring) a pod takes."""
+
+    POD_LEVEL = "pod-level resources"
+    POD_SCOPE = "pod scope"
+    CONTAINER_SCOPE = "container scope"
 
 
 class Assignment(StrEnum):
@@ -112,6 +121,15 @@ class PodDecision:
     bubble_mems: tuple[int, ...] | None
     containers: tuple[ContainerDecision, ...]
     """The pod's containers that are not removed, init containers first, in declaration order."""
+
+
+@dataclass(frozen=True, slots=True)
+class NumaFree:
+    """What one NUMA node has left for admissions: CPUs (reserved ones excluded) and memory by resource."""
+
+    node: int
+    cpus: CPUSet
+    memory: Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +179,25 @@ class Engine:
 
     # -- admission ---------------------------------------------------------------------------------------
 
+    def admission_path(self, pod: Pod) -> AdmissionPath:
+        if self.config.scope is Scope.CONTAINER:
+            return AdmissionPath.CONTAINER_SCOPE
+        return AdmissionPath.POD_LEVEL if pod.resources is not None else AdmissionPath.POD_SCOPE
+
     def admit(
-        self, state: NodeState, pod: Pod, *, within: CPUSet | None = None
+        self,
+        state: NodeState,
+        pod: Pod,
+        *,
+        within: CPUSet | None = None,
+        trace: list[Alignment] | None = None,
     ) -> tuple[NodeState, PodDecision]:
         """Admit `pod` or raise AdmissionError; the returned state holds its allocations.
 
         `within` confines the CPUs the pod may be given (its bubble, its exclusive containers) to a set, by
         the same rules: an agent that restarts without its state re-adopts the CPUs the runtime already
         runs the pod on. A pod that does not fit there is refused, and the caller decides what next.
+        `trace`, when given, receives every merge admission makes, in order (`explain.explain`).
         """
         if pod.uid in state.pods:
             return state, self.decision(state, pod.uid)
@@ -176,12 +205,13 @@ class Engine:
         if within is not None:
             confined = state.cpu.default & (within | self.reserved_cpus)
             view = replace(state, cpu=replace(state.cpu, default=confined))
-        if self.config.scope is Scope.CONTAINER:
-            cpu, memory = self._admit_per_container(view, pod)
-        elif pod.resources is not None:
-            cpu, memory = self._admit_pod_level(view, pod)
+        path = self.admission_path(pod)
+        if path is AdmissionPath.CONTAINER_SCOPE:
+            cpu, memory = self._admit_per_container(view, pod, trace)
+        elif path is AdmissionPath.POD_LEVEL:
+            cpu, memory = self._admit_pod_level(view, pod, trace)
         else:
-            cpu, memory = self._admit_classic_pod_scope(view, pod)
+            cpu, memory = self._admit_classic_pod_scope(view, pod, trace)
         if within is not None:
             # Admission only takes from the shared pool: what left the confined view leaves the real one.
             cpu = replace(cpu, default=state.cpu.default - (view.cpu.default - cpu.default))
@@ -206,12 +236,16 @@ class Engine:
             new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod.uid, bubble, slices))
         return new, self.decision(new, pod.uid)
 
-    def _admit_pod_level(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
+    def _admit_pod_level(
+        self, state: NodeState, pod: Pod, trace: list[Alignment] | None
+    ) -> tuple[CPUState, MemoryState]:
         """KEP-5526 §4.3/§4.4: one merge over the pod budget, then each provider's AllocatePod."""
         hint = _NO_PREFERENCE
         if self.config.topology_policy is not TopologyPolicyName.NONE:
             providers = [self._cpu.pod_hints(state.cpu, pod), self._memory.pod_hints(state.memory, pod)]
             best, admit = self._tm.merge(providers)
+            if trace is not None:
+                trace.append(Alignment(None, _pod_budget(pod), tuple(providers), best, admit))
             if not admit:
                 self._raise_empty_shared_pool(pod, providers)
                 raise TopologyAffinityError(
@@ -234,18 +268,22 @@ class Engine:
             if violation is not None:
                 raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
 
-    def _admit_classic_pod_scope(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
+    def _admit_classic_pod_scope(
+        self, state: NodeState, pod: Pod, trace: list[Alignment] | None
+    ) -> tuple[CPUState, MemoryState]:
         """The kubelet's pod scope for a pod without a budget: one hint for all, Allocate per container."""
         cpu, memory = self._cpu, self._memory
         providers = [cpu.pod_hints(state.cpu, pod), memory.pod_hints(state.memory, pod)]
-        hint = self._merged(providers, state, partial(_aggregate, pod))
+        hint = self._merged(providers, state, partial(_aggregate, pod), None, trace)
         cpu_state, memory_state = state.cpu, state.memory
         for container in pod.all_containers:
             cpu_state = cpu.allocate(cpu_state, pod, container, hint)
             memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
-    def _admit_per_container(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
+    def _admit_per_container(
+        self, state: NodeState, pod: Pod, trace: list[Alignment] | None
+    ) -> tuple[CPUState, MemoryState]:
         """Container scope: each container is aligned and allocated on the state its predecessors left."""
         cpu, memory = self._cpu, self._memory
         cpu_state, memory_state = state.cpu, state.memory
@@ -258,17 +296,26 @@ class Engine:
                 providers,
                 NodeState(cpu_state, memory_state, state.pods, state.removed),
                 partial(_requests, container),
+                container.name,
+                trace,
             )
             cpu_state = cpu.allocate(cpu_state, pod, container, hint)
             memory_state = memory.allocate(memory_state, pod, container, hint)
         return cpu_state, memory_state
 
     def _merged(
-        self, providers: Sequence[ProviderHints], state: NodeState, requested: Callable[[], Mapping[str, int]]
+        self,
+        providers: Sequence[ProviderHints],
+        state: NodeState,
+        requested: Callable[[], Mapping[str, int]],
+        container: str | None,
+        trace: list[Alignment] | None,
     ) -> TopologyHint:
         if self.config.topology_policy is TopologyPolicyName.NONE:
             return _NO_PREFERENCE
         best, admit = self._tm.merge(providers)
+        if trace is not None:
+            trace.append(Alignment(container, requested(), tuple(providers), best, admit))
         if not admit:
             raise TopologyAffinityError(self._locality_message(state, requested()))
         return best
@@ -276,16 +323,11 @@ class Engine:
     def _locality_message(self, state: NodeState, requested: Mapping[str, int]) -> str:
         """The kubelet's message plus the numbers an operator needs: what was asked, what each node has."""
         asked = ", ".join(f"{name}={_amount(name, amount)}" for name, amount in sorted(requested.items()))
-        available = state.cpu.default - self.reserved_cpus
         nodes: list[str] = []
-        for node in self.topology.numa_node_ids:
-            free = [f"cpu={len(available & self.topology.cpus_by_numa[node])}"]
-            numa_state = state.memory.machine.get(node)
-            if numa_state is not None:
-                for name, table in sorted(numa_state.memory_map.items()):
-                    if name in requested:
-                        free.append(f"{name}={format_bytes(table.free)}")
-            nodes.append(f"node {node}: {', '.join(free)}")
+        for numa in self.free_per_numa(state):
+            memory = [f"{name}={format_bytes(n)}" for name, n in numa.memory.items() if name in requested]
+            free = [f"cpu={len(numa.cpus)}", *memory]
+            nodes.append(f"node {numa.node}: {', '.join(free)}")
         return f"{TOPOLOGY_LOCALITY}: requested {asked or 'nothing'}; free per NUMA node: {'; '.join(nodes)}"
 
     # -- removal -----------------------------------------------------------------------------------------
@@ -321,6 +363,17 @@ class Engine:
         return NodeState(cpu, memory, _without(state.pods, pod_uid), removed)
 
     # -- views -------------------------------------------------------------------------------------------
+
+    def free_per_numa(self, state: NodeState) -> tuple[NumaFree, ...]:
+        """What each NUMA node has left for admissions (memory resources in name order)."""
+        available = state.cpu.default - self.reserved_cpus
+        free: list[NumaFree] = []
+        for node in self.topology.numa_node_ids:
+            numa_state = state.memory.machine.get(node)
+            tables = sorted(numa_state.memory_map.items()) if numa_state is not None else []
+            cpus = available & self.topology.cpus_by_numa[node]
+            free.append(NumaFree(node, cpus, {name: table.free for name, table in tables}))
+        return tuple(free)
 
     def node_shared_pool(self, state: NodeState) -> CPUSet:
         """Where containers without exclusive CPUs run: the kubelet's default set (reserved CPUs included

@@ -72,6 +72,19 @@ means the resource cannot be placed at all; a None (or empty) answer means no pr
 
 
 @dataclass(frozen=True, slots=True)
+class Alignment:
+    """One merge as admission made it, for the whole pod (`container` None) or one container: what was
+    asked, each provider's hints, the merged hint and whether the policy admits it."""
+
+    container: str | None
+    requested: Mapping[str, int]
+    providers: tuple[ProviderHints, ...]
+    """The CPU manager's answer, then the memory manager's."""
+    merged: TopologyHint
+    admitted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TopologyManagerOptions:
     prefer_closest_numa_nodes: bool = False
     max_allowable_numa_nodes: int = DEFAULT_MAX_ALLOWABLE_NUMA_NODES
