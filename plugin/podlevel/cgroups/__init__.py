@@ -3,17 +3,21 @@
 The agent locates a pod's cgroup from its sandbox with `locate_pod_cgroup`, then calls `write_bubble` (and,
 when a container of the pod holds CPUs of its own, `write_cpu_max(pod, None, period)`). Errors are typed:
 `UnsafeCgroupPath` for a refused runtime value, `CgroupWriteError`/`CgroupReadError` (path and errno) for a
-failed file operation, all `CgroupError`.
+failed file operation, all `CgroupError`. Operator commands read any cgroup back: `locate_cgroup` from a
+container's cgroups path, `read_configured`/`read_effective` and `read_cpu_max` (files named by
+`cpuset_file_names` and `cpu_max_file`).
 """
 
 from podlevel.cgroups.paths import (
     DEFAULT_CGROUP_ROOT,
+    Cgroup,
     CgroupError,
     Driver,
     NoCgroupHierarchy,
     PodCgroup,
     UnsafeCgroupPath,
     kubelet_cgroup_parent,
+    locate_cgroup,
     locate_pod_cgroup,
 )
 from podlevel.cgroups.pod_cgroup import (
@@ -21,6 +25,10 @@ from podlevel.cgroups.pod_cgroup import (
     CgroupReadError,
     CgroupWriteError,
     Cpuset,
+    CpusetFileNames,
+    cpu_max_file,
+    cpuset_file_names,
+    read_configured,
     read_cpu_max,
     read_effective,
     write_bubble,
@@ -29,17 +37,23 @@ from podlevel.cgroups.pod_cgroup import (
 
 __all__ = [
     "DEFAULT_CGROUP_ROOT",
+    "Cgroup",
     "CgroupError",
     "CgroupIOError",
     "CgroupReadError",
     "CgroupWriteError",
     "Cpuset",
+    "CpusetFileNames",
     "Driver",
     "NoCgroupHierarchy",
     "PodCgroup",
     "UnsafeCgroupPath",
+    "cpu_max_file",
+    "cpuset_file_names",
     "kubelet_cgroup_parent",
+    "locate_cgroup",
     "locate_pod_cgroup",
+    "read_configured",
     "read_cpu_max",
     "read_effective",
     "write_bubble",

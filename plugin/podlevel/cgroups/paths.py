@@ -185,15 +185,21 @@ def _v1_cpu_hierarchy(cgroup_root: Path) -> Path:
 
 
 @dataclass(frozen=True)
-class PodCgroup:
-    """A pod cgroup's directories, checked: the cpuset one and the cpu one (the same directory on v2)."""
+class Cgroup:
+    """A cgroup's directories, checked: the cpuset one and the cpu one (the same directory on v2)."""
 
     version: int
+    cpuset_dir: Path
+    cpu_dir: Path
+
+
+@dataclass(frozen=True)
+class PodCgroup(Cgroup):
+    """A pod cgroup: its directories, where its hierarchies are, and its path from their roots."""
+
     components: tuple[str, ...]
     cpuset_base: Path
     cpu_base: Path
-    cpuset_dir: Path
-    cpu_dir: Path
 
     @property
     def path(self) -> str:
@@ -220,11 +226,7 @@ def locate_pod_cgroup(
     """
     parts = pod_cgroup_components(pod_uid=pod_uid, cgroup_parent=cgroup_parent, cgroups_path=cgroups_path)
     what, value = ("cgroup parent", cgroup_parent) if cgroup_parent else ("cgroups path", cgroups_path)
-    version = cgroup_version(cgroup_root)
-    if version == 2:
-        cpuset_base = cpu_base = cgroup_root
-    else:
-        cpuset_base, cpu_base = cgroup_root / "cpuset", _v1_cpu_hierarchy(cgroup_root)
+    version, cpuset_base, cpu_base = _hierarchies(cgroup_root)
     return PodCgroup(
         version=version,
         components=tuple(parts),
@@ -233,3 +235,23 @@ def locate_pod_cgroup(
         cpuset_dir=contained(cpuset_base, parts, what, value),
         cpu_dir=contained(cpu_base, parts, what, value),
     )
+
+
+def locate_cgroup(cgroups_path: str, cgroup_root: Path = DEFAULT_CGROUP_ROOT) -> Cgroup:
+    """Any cgroup (a container's, as the runtime reports its `cgroupsPath`, in either driver's form), checked
+    to lie strictly below the hierarchies' roots. For reading: nothing here proves it belongs to a pod."""
+    parts = cgroups_path_components(cgroups_path)
+    version, cpuset_base, cpu_base = _hierarchies(cgroup_root)
+    return Cgroup(
+        version=version,
+        cpuset_dir=contained(cpuset_base, parts, "cgroups path", cgroups_path),
+        cpu_dir=contained(cpu_base, parts, "cgroups path", cgroups_path),
+    )
+
+
+def _hierarchies(cgroup_root: Path) -> tuple[int, Path, Path]:
+    """The cgroup version, and where the cpuset and the cpu controllers' hierarchies are mounted."""
+    version = cgroup_version(cgroup_root)
+    if version == 2:
+        return version, cgroup_root, cgroup_root
+    return version, cgroup_root / "cpuset", _v1_cpu_hierarchy(cgroup_root)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from podlevel.cgroups.paths import CgroupError, PodCgroup, UnsafeCgroupPath, contained
+from podlevel.cgroups.paths import Cgroup, CgroupError, PodCgroup, UnsafeCgroupPath, contained
 from podlevel.engine.cfs import CFS_PERIOD_US, MIN_CFS_QUOTA_US
 from podlevel.engine.cpuset import CPUSet
 
@@ -128,16 +128,18 @@ FILES: Final = CgroupFiles()
 
 
 @dataclass(frozen=True)
-class _Names:
+class CpusetFileNames:
+    """The cpuset files of one cgroup version: configured, and in force (`effective_*`)."""
+
     cpus: str
     mems: str
     effective_cpus: str
     effective_mems: str
 
 
-_V2: Final = _Names("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective")
+_V2: Final = CpusetFileNames("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective")
 _CPUSET_FILES: Final = {
-    1: _Names("cpuset.cpus", "cpuset.mems", "cpuset.effective_cpus", "cpuset.effective_mems"),
+    1: CpusetFileNames("cpuset.cpus", "cpuset.mems", "cpuset.effective_cpus", "cpuset.effective_mems"),
     2: _V2,
 }
 
@@ -199,7 +201,9 @@ def _inherited(current: CPUSet, parent_target: CPUSet) -> CPUSet:
     return (current & parent_target) or parent_target
 
 
-def _read_configured(directory: Path, names: _Names, files: CgroupFiles, inherits: Cpuset | None) -> Cpuset:
+def _read_configured(
+    directory: Path, names: CpusetFileNames, files: CgroupFiles, inherits: Cpuset | None
+) -> Cpuset:
     """A cgroup's configured cpuset; with `inherits` (v2), an empty field is what it inherits instead."""
     cpus = CPUSet.parse(files.read(directory / names.cpus))
     mems = CPUSet.parse(files.read(directory / names.mems))
@@ -209,7 +213,11 @@ def _read_configured(directory: Path, names: _Names, files: CgroupFiles, inherit
 
 
 def _below(
-    directory: Path, parent_target: Cpuset, targets: Mapping[Path, Cpuset], names: _Names, files: CgroupFiles
+    directory: Path,
+    parent_target: Cpuset,
+    targets: Mapping[Path, Cpuset],
+    names: CpusetFileNames,
+    files: CgroupFiles,
 ) -> list[CpusetNode]:
     """The cpuset cgroups directly below `directory`, each with its subtree; symlinks are refused."""
     try:
@@ -232,6 +240,15 @@ def _below(
             target = Cpuset(cpus, _inherited(current.mems, parent_target.mems))
         nodes.append(CpusetNode(child, current, target, _below(child, target, targets, names, files)))
     return nodes
+
+
+def cpuset_file_names(version: int) -> CpusetFileNames:
+    return _CPUSET_FILES[version]
+
+
+def read_configured(directory: Path, version: int, files: CgroupFiles = FILES) -> Cpuset:
+    """What the cgroup at `directory` configures (on v2 an empty field: it takes its parent's)."""
+    return _read_configured(directory, _CPUSET_FILES[version], files, None)
 
 
 def read_effective(directory: Path, version: int, files: CgroupFiles = FILES) -> Cpuset:
@@ -309,10 +326,15 @@ def write_cpu_max(
     files.write(quota_file, str(quota_us))
 
 
-def read_cpu_max(pod: PodCgroup, files: CgroupFiles = FILES) -> tuple[int | None, int]:
-    """The pod cgroup's CFS `(quota_us, period_us)`; quota None is no limit, whichever version spells it."""
-    if pod.version == 2:
-        quota, period = files.read(pod.cpu_dir / "cpu.max").split()
+def cpu_max_file(cgroup: Cgroup) -> Path:
+    """The file holding the cgroup's CFS quota: v2 `cpu.max`, v1 `cpu.cfs_quota_us`."""
+    return cgroup.cpu_dir / ("cpu.max" if cgroup.version == 2 else "cpu.cfs_quota_us")
+
+
+def read_cpu_max(cgroup: Cgroup, files: CgroupFiles = FILES) -> tuple[int | None, int]:
+    """A cgroup's CFS `(quota_us, period_us)`; quota None is no limit, whichever version spells it."""
+    if cgroup.version == 2:
+        quota, period = files.read(cpu_max_file(cgroup)).split()
         return (None if quota == "max" else int(quota)), int(period)
-    quota_v1 = int(files.read(pod.cpu_dir / "cpu.cfs_quota_us"))
-    return (None if quota_v1 < 0 else quota_v1), int(files.read(pod.cpu_dir / "cpu.cfs_period_us"))
+    quota_v1 = int(files.read(cpu_max_file(cgroup)))
+    return (None if quota_v1 < 0 else quota_v1), int(files.read(cgroup.cpu_dir / "cpu.cfs_period_us"))

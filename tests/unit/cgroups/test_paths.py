@@ -12,6 +12,7 @@ from podlevel.cgroups.paths import (
     UnsafeCgroupPath,
     cgroup_version,
     kubelet_cgroup_parent,
+    locate_cgroup,
     locate_pod_cgroup,
 )
 
@@ -266,3 +267,27 @@ def test_a_container_cgroup_symlinked_out_of_the_pod_is_refused(tmp_path: Path) 
     (pod.cpuset_dir / "abc").symlink_to(root / "elsewhere")
     with pytest.raises(UnsafeCgroupPath, match="outside the pod"):
         pod.container_cpuset_dir(f"/kubepods/pod{UID}/abc")
+
+
+@pytest.mark.parametrize(
+    ("cgroups_path", "directory"),
+    [
+        (f"/kubepods/pod{UID}/abc123", f"kubepods/pod{UID}/abc123"),
+        (f"kubepods-burstable-pod{UID_}.slice:cri-containerd:abc123",
+         f"{SYSTEMD_POD}/cri-containerd-abc123.scope"),
+    ],
+)
+def test_any_cgroup_is_located_from_a_container_cgroups_path(
+    tmp_path: Path, cgroups_path: str, directory: str
+) -> None:
+    v1 = locate_cgroup(cgroups_path, v1_root(tmp_path))
+    assert (v1.version, v1.cpuset_dir, v1.cpu_dir) == (
+        1, tmp_path / "v1" / "cpuset" / directory, tmp_path / "v1" / "cpu,cpuacct" / directory)
+    v2 = locate_cgroup(cgroups_path, v2_root(tmp_path))
+    assert v2.version == 2 and v2.cpuset_dir == v2.cpu_dir == tmp_path / "v2" / directory
+
+
+@pytest.mark.parametrize("cgroups_path", ["/", "/a/../../etc", "a\nb"])
+def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(tmp_path: Path, cgroups_path: str) -> None:
+    with pytest.raises(UnsafeCgroupPath):
+        locate_cgroup(cgroups_path, v2_root(tmp_path))

@@ -13,14 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podlevel.cgroups.paths import PodCgroup, UnsafeCgroupPath, locate_pod_cgroup
+from podlevel.cgroups.paths import PodCgroup, UnsafeCgroupPath, locate_cgroup, locate_pod_cgroup
 from podlevel.cgroups.pod_cgroup import (
     CgroupFiles,
     CgroupReadError,
     CgroupWriteError,
     Cpuset,
     CpusetNode,
+    cpu_max_file,
     plan_cpuset_writes,
+    read_configured,
     read_cpu_max,
     read_effective,
     write_bubble,
@@ -368,3 +370,15 @@ def test_every_plan_is_accepted_by_v1_rules_and_ends_at_the_targets(tree: Cpuset
             targets(c)
 
     targets(tree)
+
+
+def test_a_container_cgroup_reads_back_configured_effective_and_quota(tmp_path: Path) -> None:
+    pod, _ = v2_tree(tmp_path, cs("0-3"), {"ctr": None})
+    container = pod.cpuset_dir / "ctr"
+    (container / "cpuset.cpus.effective").write_text("0-3\n")
+    (container / "cpuset.mems.effective").write_text("0\n")
+    (container / "cpu.max").write_text("max 100000\n")
+    assert read_configured(container, 2) == Cpuset(CPUSet(), CPUSet())
+    assert read_effective(container, 2) == cs("0-3")
+    ctr = locate_cgroup(f"/{POD}/ctr", tmp_path / "v2")
+    assert cpu_max_file(ctr) == container / "cpu.max" and read_cpu_max(ctr) == (None, 100_000)
