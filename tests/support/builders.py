@@ -1,5 +1,6 @@
 """Engines and pods the tests build: resources, containers and pods in the engine's exact units (`cpu` in
-millicores, memory in bytes), a small two-node machine, and the repository's example pods."""
+millicores, memory in bytes), a small two-node machine, the repository's example pods, and the NRI pod
+sandboxes and containers a runtime would send for them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig
 from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
-from podlevel.podspec.manifest import load_pods
+from podlevel.nri import api
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
 
 MI: Final = 2**20
 GI: Final = 2**30
@@ -99,3 +101,19 @@ def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
         budget=guaranteed(cpus * 1000, GI),
         uid=f"uid-{name}",
     )
+
+
+def sandbox(pod: Pod | None, name: str = "web") -> api.PodSandbox:
+    """The NRI sandbox of `pod` with its shape annotation; None: an unmanaged pod called `name`."""
+    if pod is None:
+        return api.PodSandbox(id=f"sb-{name}", name=name, uid=f"uid-{name}", namespace="default")
+    return api.PodSandbox(
+        id=f"sb-{pod.name}", name=pod.name, uid=pod.uid, namespace="default",
+        annotations={SHAPE_ANNOTATION: to_annotation(pod)},
+    )
+
+
+def container(
+    pod: api.PodSandbox, name: str, state: api.ContainerState = api.CONTAINER_RUNNING
+) -> api.Container:
+    return api.Container(id=f"{pod.name}-{name}", pod_sandbox_id=pod.id, name=name, state=state)

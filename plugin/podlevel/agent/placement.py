@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from podlevel.agent.decisions import DecisionLog
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
@@ -224,6 +225,8 @@ class Placement:
         self.pod_cgroups: dict[str, PodCgroupSettings] = {}
         """sandbox id -> what its pod cgroup should hold (admitted pods with a bubble or exclusive CPUs)."""
         self._flushed_pool = engine.node_shared_pool(self.state)
+        self.decisions = DecisionLog()
+        """Every admission and refusal, on the state it was decided on (for `explain`)."""
 
     # -- events --------------------------------------------------------------------------------------------
 
@@ -268,8 +271,10 @@ class Placement:
     ) -> None:
         """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
         if recorded is not None:
+            self.decisions.record(self.state, pod, _recorded_cpus(recorded, pod.uid))
             self.state, decision = self.engine.restore(self.state, pod, recorded)
         else:
+            self.decisions.record(self.state, pod, within)
             self.state, decision = self.engine.admit(self.state, pod, within=within)
         self._pods[pod.uid] = {
             d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)

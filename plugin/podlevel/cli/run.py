@@ -31,6 +31,7 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report.http import ReportServer, Route, probes
+from podlevel.report.views import views
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
@@ -193,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
             stub = Stub.from_environment(handler)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
-        server = ReportServer(args.metrics_address, report_routes(stub)) if args.metrics_address else None
+        routes = report_routes(stub, handler)
+        server = ReportServer(args.metrics_address, routes) if args.metrics_address else None
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -213,6 +215,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_routes(stub: Stub) -> dict[str, Route]:
-    """What the HTTP endpoint serves: the probes (ready while registered and synchronized)."""
-    return probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
+def report_routes(stub: Stub, plugin: PodLevelPlugin) -> dict[str, Route]:
+    """What the HTTP endpoint serves: the probes (ready while registered and synchronized) and the operator
+    views (`report.views`)."""
+    return {
+        **probes(lambda: None if stub.ready else "not registered and synchronized with the runtime"),
+        **views(lambda: plugin.snapshot, plugin.placement.decisions),
+    }

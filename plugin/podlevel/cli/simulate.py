@@ -30,11 +30,12 @@ from typing import Any
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, ContainerDecision, Engine, NodeState, PodDecision
+from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.podspec.manifest import load_pods
+from podlevel.report.views import decision_json
 from podlevel.sysfs import read_topology
 
 SYSFS_PREFIX = "sysfs="
@@ -153,31 +154,12 @@ def render_json(result: Simulation) -> str:
 
 def _pod_json(outcome: Outcome, decision: PodDecision | None) -> dict[str, object]:
     error = outcome.error
-    bubble = None
-    if decision is not None and (decision.bubble_cpus is not None or decision.bubble_mems is not None):
-        bubble = {
-            "cpus": str(decision.bubble_cpus) if decision.bubble_cpus is not None else None,
-            "mems": _mems(decision.bubble_mems) if decision.bubble_mems is not None else None,
-        }
     return {
         "name": outcome.pod.name,
         "namespace": outcome.pod.namespace,
         "admitted": error is None,
         "error": None if error is None else {"type": error.type, "message": error.message},
-        "bubble": bubble,
-        "containers": [_container_json(c) for c in decision.containers] if decision is not None else [],
-    }
-
-
-def _container_json(decision: ContainerDecision) -> dict[str, object]:
-    return {
-        "name": decision.name,
-        "kind": decision.kind.value,
-        "assignment": decision.assignment.value,
-        "cpus": str(decision.cpus),
-        "mems": _mems(decision.mems),
-        "cpu_quota_us": decision.cpu_quota_us,
-        "cpu_period_us": decision.cpu_period_us,
+        **(decision_json(decision) if decision is not None else {"bubble": None, "containers": []}),
     }
 
 

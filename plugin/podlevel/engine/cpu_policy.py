@@ -93,6 +93,10 @@ class CPUManagerOptions:
         options.validate(topology, topology_policy)
         return options
 
+    def values(self) -> dict[str, str]:
+        """The options that are on, as the kubelet's KEY=VALUE map (the inverse of `parse`)."""
+        return {name: "true" for name, field_name in _OPTION_FIELDS.items() if getattr(self, field_name)}
+
     def enabled(self, name: str) -> bool:
         value: bool = getattr(self, _OPTION_FIELDS[name])
         return value

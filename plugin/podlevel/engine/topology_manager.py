@@ -108,6 +108,15 @@ class TopologyManagerOptions:
                 raise InputError(key, f"unknown topology manager policy option (known: {known})")
         return cls(prefer_closest, max_allowable)
 
+    def values(self) -> dict[str, str]:
+        """The options off their defaults, as the kubelet's KEY=VALUE map (the inverse of `parse`)."""
+        values: dict[str, str] = {}
+        if self.prefer_closest_numa_nodes:
+            values[PREFER_CLOSEST_NUMA_NODES] = "true"
+        if self.max_allowable_numa_nodes != DEFAULT_MAX_ALLOWABLE_NUMA_NODES:
+            values[MAX_ALLOWABLE_NUMA_NODES] = str(self.max_allowable_numa_nodes)
+        return values
+
 
 def filter_provider_hints(providers: Iterable[ProviderHints]) -> list[Sequence[TopologyHint]]:
     """One hint list per (provider, resource), with the kubelet's defaults for missing answers."""

@@ -9,8 +9,12 @@ containers a pod's later containers reuse) is not written either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.manager import Engine, NodeState
+from podlevel.engine.memory_policy import MemoryState
+from podlevel.engine.pod import Pod
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
 
 
@@ -26,3 +30,11 @@ def checkpoints_of(engine: Engine, state: NodeState) -> tuple[CPUCheckpoint, Mem
 def recorded_cpus(checkpoint: CPUCheckpoint) -> CPUState:
     """The CPU state a checkpoint recorded, for `Placement` to take running pods back onto."""
     return CPUState(checkpoint.default, checkpoint.entries, checkpoint.pod_entries)
+
+
+def node_state(cpu: CPUCheckpoint, memory: MemoryCheckpoint, pods: Mapping[str, Pod]) -> NodeState:
+    """The engine state two checkpoints recorded, with the admitted pods (by uid) they hold: the inverse of
+    `checkpoints_of`, for simulating on a node as it is."""
+    return NodeState(
+        recorded_cpus(cpu), MemoryState(memory.machine, memory.entries, memory.pod_entries), dict(pods)
+    )

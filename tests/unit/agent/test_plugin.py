@@ -16,25 +16,10 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
-from support.builders import MI, fast_path, new_engine
-
-
-def sandbox(pod: Pod | None, name: str = "web") -> api.PodSandbox:
-    if pod is None:
-        return api.PodSandbox(id=f"sb-{name}", name=name, uid=f"uid-{name}", namespace="default")
-    return api.PodSandbox(
-        id=f"sb-{pod.name}", name=pod.name, uid=pod.uid, namespace="default",
-        annotations={SHAPE_ANNOTATION: to_annotation(pod)},
-    )
-
-
-def container(
-    pod: api.PodSandbox, name: str, state: api.ContainerState = api.CONTAINER_RUNNING
-) -> api.Container:
-    return api.Container(id=f"{pod.name}-{name}", pod_sandbox_id=pod.id, name=name, state=state)
+from support.builders import MI, container, fast_path, new_engine, sandbox
 
 
 @pytest.fixture

@@ -144,6 +144,7 @@ def check_invariants(p: StaticCPUPolicy, s: CPUState) -> None:
 )
 def test_options_parse_with_parse_bool(values: dict[str, str], expected: CPUManagerOptions) -> None:
     assert CPUManagerOptions.parse(values, MULTI_NUMA_HT, "best-effort") == expected
+    assert CPUManagerOptions.parse(expected.values(), MULTI_NUMA_HT, "best-effort") == expected
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,7 @@ def manager(
 )
 def test_options_parse(values: dict[str, str], expected: TopologyManagerOptions) -> None:
     assert TopologyManagerOptions.parse(values) == expected
+    assert TopologyManagerOptions.parse(expected.values()) == expected
 
 
 @pytest.mark.parametrize(

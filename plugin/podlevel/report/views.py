@@ -1,0 +1,365 @@
+"""The operator views of the plugin's HTTP endpoint: `/debug/node` and `/debug/explain?pod=NAMESPACE/NAME`.
+
+Both answer JSON, built on the request's thread from the latest `NodeSnapshot` (and, for explain, the decision
+log), never from the live agent. CPU and node sets are Linux list strings (`0-3,8`), memory in bytes, CPU
+amounts in millicores.
+
+`/debug/node`:
+
+  {"generation": 12, "synchronized": true, "checkpoint_error": null | "why the last write failed",
+   "engine": {"scope": "pod", "topology_policy": "single-numa-node", "cpu_policy": "static",
+              "memory_policy": "Static", "reserved_cpus": "0",
+              "reserved_memory": {"0": {"memory": 104857600}},
+              "cpu_options": {"full-pcpus-only": "true"}, "topology_options": {}},
+   "topology": {"cpus": "0-1", "numa_nodes": {"0": "0-1"}},
+   "node_shared_pool": "0",
+   "numa_nodes": [{"node": 0,
+                   "cpus": {"all": "0-1", "reserved": "0", "bubbles": "1", "exclusive": "1", "free": ""},
+                   "memory": {"memory": {"total": N, "reserved": N, "allocatable": N, "bubbles": N,
+                                         "exclusive": N, "free": N}}}],
+   "pods": [{"namespace": "default", "name": "fast-path", "uid": "...", "sandbox_id": "...",
+             "managed": true, "status": "admitted" | "refused" | "kept-out" | "pending" | "unmanaged",
+             "refusal": null | "EmptyPodSharedPoolError: ...",
+             "shape": null | "<the pod-shape annotation of an admitted pod>",
+             "cgroup_parent": "/kubepods/pod...",
+             "bubble": null | {"cpus": "1", "mems": "0"},
+             "pod_cgroup": null | {"cpus": "1" | null, "mems": "0", "unlimited_quota": true,
+                                   "cpu_period_us": 100000, "failure": null | "why it is not written"},
+             "containers": [{"id": "...", "name": "main-app", "assignment": "pod_exclusive", "cpus": "1",
+                             "mems": "0", "cpu_quota_us": -1 | N | null, "cpu_period_us": 100000,
+                             "cgroups_path": "/kubepods/pod.../<id>"}]}],
+   "checkpoint": {"cpu": {<cpu_manager_state as the plugin would write it now>},
+                  "memory": {<memory_manager_state>}}}
+
+Per NUMA node, `bubbles` are the pods' bubbles and `exclusive` the containers' own CPUs (inside a bubble or
+not), `free` what admissions can still take; memory `reserved` is the system reservation, `bubbles` the pods'
+budgets and `exclusive` the blocks of containers outside any bubble (a block over several nodes counted in
+equal parts).
+A managed pod is `pending` until its first container is created (admission happens then), `kept-out` when a
+restarted plugin could not admit it again (it runs in the node shared pool). A `cpu_quota_us` null leaves the
+runtime's quota alone; `pod_cgroup` is what the plugin writes into the pod
+cgroup (null: nothing, the kubelet's cgroup stays); `shape` lets `simulate --node` rebuild the node.
+
+`/debug/explain?pod=NAMESPACE/NAME` (404 when no decision about the pod is kept; `refusal` then says what the
+runtime was answered, if anything):
+
+  {"pod": {"namespace": ..., "name": ..., "uid": ...}, "path": "pod-level resources" | "pod scope" |
+   "container scope", "scope": "pod", "topology_policy": "single-numa-node", "within": null | "1",
+   "free": [{"node": 0, "cpus": "1", "memory": {"memory": N}}],
+   "alignments": [{"container": null | "name", "requested": {"cpu": 1000, "memory": N},
+                   "hints": {"cpu": null | {"cpu": null | [{"numa_nodes": [0], "preferred": true}]},
+                             "memory": ...},
+                   "merged": {"numa_nodes": null | [0], "preferred": true}, "admitted": true}],
+   "admitted": true, "error": null | {"type": "TopologyAffinityError", "message": "..."},
+   "decision": null | {"bubble": null | {"cpus": ..., "mems": ...}, "containers": [...as simulate's]},
+   "refusal": null | "what the runtime was last answered for this pod"}
+
+`hints` gives each provider's answer (the CPU manager's, the memory manager's) per resource: null is "no
+preference", an empty list "cannot be placed"; `free` is what each NUMA node had before the decision.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from podlevel.agent.decisions import DecisionLog
+from podlevel.agent.snapshot import NodeSnapshot
+from podlevel.engine.bitmask import nodes_of
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.explain import Explanation, explain
+from podlevel.engine.manager import (
+    Assignment,
+    ContainerDecision,
+    Engine,
+    EngineConfig,
+    NodeState,
+    PodDecision,
+)
+from podlevel.engine.memory_policy import MemoryBlock, MemoryState
+from podlevel.engine.topology import Topology
+from podlevel.engine.topology_manager import ProviderHints, TopologyHint
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.report.http import JSON, Query, Reply, Route
+from podlevel.state.engine_state import checkpoints_of
+from podlevel.state.formats import encode
+
+PROVIDERS = ("cpu", "memory")
+"""The resource providers in the order admission asks them."""
+
+
+def views(snapshot: Callable[[], NodeSnapshot], decisions: DecisionLog) -> dict[str, Route]:
+    def node(_: Query) -> Reply:
+        return _json(HTTPStatus.OK, node_json(snapshot()))
+
+    def explain_view(query: Query) -> Reply:
+        pod = (query.get("pod") or [""])[0]
+        namespace, sep, name = pod.partition("/")
+        if not sep or not namespace or not name:
+            return _json(HTTPStatus.BAD_REQUEST, {"error": "give the pod as ?pod=NAMESPACE/NAME"})
+        current = snapshot()
+        refusal = _refusal_of(current, namespace, name)
+        recorded = decisions.latest(pod)
+        if recorded is None:
+            missing = {"error": f"no decision about {pod} is kept", "refusal": refusal}
+            return _json(HTTPStatus.NOT_FOUND, missing)
+        explained = explain(current.engine, recorded.state, recorded.pod, within=recorded.within)
+        return _json(HTTPStatus.OK, {**explanation_json(explained), "refusal": refusal})
+
+    return {"/debug/node": node, "/debug/explain": explain_view}
+
+
+def _json(status: int, body: object) -> Reply:
+    return Reply(status, (json.dumps(body, indent=2) + "\n").encode(), JSON)
+
+
+def _refusal_of(snapshot: NodeSnapshot, namespace: str, name: str) -> str | None:
+    for sandbox_id, sandbox in snapshot.placement.sandboxes.items():
+        if (sandbox.namespace, sandbox.name) == (namespace, name) and sandbox_id in snapshot.refusals:
+            return snapshot.refusals[sandbox_id]
+    return None
+
+
+# -- /debug/node -----------------------------------------------------------------------------------------
+
+
+def node_json(snapshot: NodeSnapshot) -> dict[str, Any]:
+    engine, view = snapshot.engine, snapshot.placement
+    state = view.state
+    cpu, memory = checkpoints_of(engine, state)
+    return {
+        "generation": snapshot.generation,
+        "synchronized": snapshot.synchronized,
+        "checkpoint_error": snapshot.checkpoint_error,
+        "engine": engine_json(engine.config),
+        "topology": topology_json(engine.topology),
+        "node_shared_pool": str(engine.node_shared_pool(state)),
+        "numa_nodes": numa_usage(
+            engine.topology.cpus_by_numa, engine.reserved_cpus, _exclusive(engine, state), state
+        ),
+        "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
+        "checkpoint": {"cpu": json.loads(encode(cpu)), "memory": json.loads(encode(memory))},
+    }
+
+
+def engine_json(config: EngineConfig) -> dict[str, Any]:
+    return {
+        "scope": config.scope.value,
+        "topology_policy": config.topology_policy.value,
+        "cpu_policy": config.cpu_policy,
+        "memory_policy": config.memory_policy,
+        "reserved_cpus": str(config.reserved_cpus),
+        "reserved_memory": {str(node): dict(amounts) for node, amounts in config.reserved_memory.items()},
+        "cpu_options": config.cpu_options.values(),
+        "topology_options": config.topology_options.values(),
+    }
+
+
+def topology_json(topology: Topology) -> dict[str, Any]:
+    return {
+        "cpus": str(topology.all_cpus),
+        "numa_nodes": {str(node): str(cpus) for node, cpus in topology.cpus_by_numa.items()},
+    }
+
+
+def _exclusive(engine: Engine, state: NodeState) -> CPUSet:
+    """The CPUs containers hold as their own (pod or node exclusive). The checkpoint cannot tell: it records
+    a pod shared pool container's CPUs beside the exclusive slices."""
+    return CPUSet.union_of(
+        c.cpus
+        for uid in state.pods
+        for c in engine.decision(state, uid).containers
+        if c.assignment in (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+    )
+
+
+def numa_usage(
+    cpus_by_numa: Mapping[int, CPUSet], reserved: CPUSet | None, exclusive: CPUSet | None, state: NodeState
+) -> list[dict[str, Any]]:
+    """Per NUMA node, CPUs and memory reserved, in bubbles, exclusive and free. `reserved` and `exclusive`
+    None: unknown (null), which leaves every CPU of the node shared pool counted as free."""
+    bubbles = CPUSet.union_of(state.cpu.pod_entries.values())
+    free = state.cpu.default - (reserved or CPUSet())
+    pod_blocks = _block_bytes(b for blocks in state.memory.pod_entries.values() for b in blocks)
+    container_blocks = _block_bytes(
+        b
+        for uid, entries in state.memory.entries.items()
+        if uid not in state.memory.pod_entries
+        for blocks in entries.values()
+        for b in blocks
+    )
+    usage: list[dict[str, Any]] = []
+    for node, node_cpus in cpus_by_numa.items():
+        cpus = {
+            "all": str(node_cpus),
+            "reserved": str(reserved & node_cpus) if reserved is not None else None,
+            "bubbles": str(bubbles & node_cpus),
+            "exclusive": str(exclusive & node_cpus) if exclusive is not None else None,
+            "free": str(free & node_cpus),
+        }
+        usage.append({"node": node, "cpus": cpus, "memory": _memory_usage(state.memory, node, pod_blocks,
+                                                                           container_blocks)})
+    return usage
+
+
+def _memory_usage(
+    memory: MemoryState,
+    node: int,
+    pod_blocks: Mapping[tuple[int, str], int],
+    container_blocks: Mapping[tuple[int, str], int],
+) -> dict[str, dict[str, int]]:
+    numa = memory.machine.get(node)
+    if numa is None:
+        return {}
+    return {
+        name: {
+            "total": table.total,
+            "reserved": table.system_reserved,
+            "allocatable": table.allocatable,
+            "bubbles": pod_blocks.get((node, name), 0),
+            "exclusive": container_blocks.get((node, name), 0),
+            "free": table.free,
+        }
+        for name, table in sorted(numa.memory_map.items())
+    }
+
+
+def _block_bytes(blocks: Iterable[MemoryBlock]) -> dict[tuple[int, str], int]:
+    """(node, resource) -> bytes of the blocks; a block over k nodes counts size/k on each."""
+    total: dict[tuple[int, str], int] = {}
+    for block in blocks:
+        share, rest = divmod(block.size, len(block.numa_affinity))
+        for i, node in enumerate(block.numa_affinity):
+            key = (node, block.type)
+            total[key] = total.get(key, 0) + share + (rest if i == 0 else 0)
+    return total
+
+
+def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
+    engine, view = snapshot.engine, snapshot.placement
+    sandbox = view.sandboxes[sandbox_id]
+    uid = view.admitted.get(sandbox_id)
+    decision = engine.decision(view.state, uid) if uid is not None else None
+    if uid is not None:
+        status = "admitted"
+    elif sandbox_id in view.kept_out:
+        status = "kept-out"
+    elif sandbox_id in snapshot.refusals:
+        status = "refused"
+    else:
+        status = "unmanaged" if SHAPE_ANNOTATION not in sandbox.annotations else "pending"
+    wanted = snapshot.pod_cgroups.get(sandbox_id)
+    pod_cgroup = None
+    if wanted is not None:
+        pod_cgroup = {
+            "cpus": str(wanted.cpus) if wanted.cpus is not None else None,
+            "mems": _mems(wanted.mems),
+            "unlimited_quota": wanted.unlimited_quota,
+            "cpu_period_us": wanted.cpu_period_us,
+            "failure": snapshot.pod_cgroup_failures.get(sandbox_id),
+        }
+    containers = []
+    for container_id, (owner, name) in view.containers.items():
+        settings = view.applied.get(container_id)
+        if owner != sandbox_id or settings is None:
+            continue
+        containers.append({
+            "id": container_id,
+            "name": name,
+            "assignment": settings.assignment.value,
+            "cpus": str(settings.cpus),
+            "mems": settings.mems_text,
+            "cpu_quota_us": settings.cpu_quota_us,
+            "cpu_period_us": settings.cpu_period_us,
+            "cgroups_path": snapshot.cgroups_paths.get(container_id),
+        })
+    return {
+        "namespace": sandbox.namespace,
+        "name": sandbox.name,
+        "uid": sandbox.uid,
+        "sandbox_id": sandbox_id,
+        "managed": SHAPE_ANNOTATION in sandbox.annotations,
+        "status": status,
+        "refusal": snapshot.refusals.get(sandbox_id),
+        "shape": to_annotation(view.state.pods[uid]) if uid is not None else None,
+        "cgroup_parent": sandbox.cgroup_parent,
+        "bubble": bubble_json(decision) if decision is not None else None,
+        "pod_cgroup": pod_cgroup,
+        "containers": containers,
+    }
+
+
+# -- decisions and explanations ---------------------------------------------------------------------------
+
+
+def bubble_json(decision: PodDecision) -> dict[str, str | None] | None:
+    if decision.bubble_cpus is None and decision.bubble_mems is None:
+        return None
+    return {
+        "cpus": str(decision.bubble_cpus) if decision.bubble_cpus is not None else None,
+        "mems": _mems(decision.bubble_mems) if decision.bubble_mems is not None else None,
+    }
+
+
+def container_json(decision: ContainerDecision) -> dict[str, object]:
+    return {
+        "name": decision.name,
+        "kind": decision.kind.value,
+        "assignment": decision.assignment.value,
+        "cpus": str(decision.cpus),
+        "mems": _mems(decision.mems),
+        "cpu_quota_us": decision.cpu_quota_us,
+        "cpu_period_us": decision.cpu_period_us,
+    }
+
+
+def decision_json(decision: PodDecision) -> dict[str, object]:
+    return {"bubble": bubble_json(decision), "containers": [container_json(c) for c in decision.containers]}
+
+
+def explanation_json(explained: Explanation) -> dict[str, Any]:
+    pod, error = explained.pod, explained.error
+    return {
+        "pod": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+        "path": explained.path.value,
+        "scope": explained.scope.value,
+        "topology_policy": explained.policy.value,
+        "within": str(explained.within) if explained.within is not None else None,
+        "free": [{"node": n.node, "cpus": str(n.cpus), "memory": dict(n.memory)} for n in explained.free],
+        "alignments": [
+            {
+                "container": alignment.container,
+                "requested": dict(sorted(alignment.requested.items())),
+                "hints": {
+                    provider: _provider_json(hints)
+                    for provider, hints in zip(PROVIDERS, alignment.providers, strict=True)
+                },
+                "merged": _hint_json(alignment.merged),
+                "admitted": alignment.admitted,
+            }
+            for alignment in explained.alignments
+        ],
+        "admitted": error is None,
+        "error": None if error is None else {"type": error.type, "message": error.message},
+        "decision": decision_json(explained.decision) if explained.decision is not None else None,
+    }
+
+
+def _provider_json(hints: ProviderHints) -> dict[str, list[dict[str, Any]] | None] | None:
+    if hints is None:
+        return None
+    return {
+        resource: None if listed is None else [_hint_json(hint) for hint in listed]
+        for resource, listed in sorted(hints.items())
+    }
+
+
+def _hint_json(hint: TopologyHint) -> dict[str, Any]:
+    nodes = None if hint.affinity is None else list(nodes_of(hint.affinity))
+    return {"numa_nodes": nodes, "preferred": hint.preferred}
+
+
+def _mems(nodes: Sequence[int]) -> str:
+    return str(CPUSet(nodes))
