@@ -9,12 +9,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from podlevel.agent.placement import Placement
+from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig
 from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
-from podlevel.nri import api
+from podlevel.nri import RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
+from podlevel.state.store import StateDir
 
 MI: Final = 2**20
 GI: Final = 2**30
@@ -117,3 +120,21 @@ def container(
     pod: api.PodSandbox, name: str, state: api.ContainerState = api.CONTAINER_RUNNING
 ) -> api.Container:
     return api.Container(id=f"{pod.name}-{name}", pod_sandbox_id=pod.id, name=name, state=state)
+
+
+def three_pods(state: StateDir | None = None) -> PodLevelPlugin:
+    """A plugin that placed web (no shape) in the node shared pool, gave fast a 4-CPU bubble and refused
+    no-room; each pod's cgroup is `/kubepods/pod<uid>`, each container's one below it, named by its id."""
+    plugin = PodLevelPlugin(Placement(new_engine()), state=state)
+    for shape, name in ((None, "server"), (fast_path(), "app")):
+        pod = sandbox(shape)
+        pod.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+        created = container(pod, name)
+        created.linux.cgroups_path = f"/kubepods/pod{pod.uid}/{created.id}"
+        plugin.create_container(pod, created)
+    no_room = sandbox(fast_path("no-room", 2, 2))
+    try:
+        plugin.create_container(no_room, container(no_room, "app"))
+    except RpcError:
+        return plugin
+    raise AssertionError("no-room was admitted")

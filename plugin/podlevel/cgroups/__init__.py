@@ -4,8 +4,8 @@ The agent locates a pod's cgroup from its sandbox with `locate_pod_cgroup`, then
 when a container of the pod holds CPUs of its own, `write_cpu_max(pod, None, period)`). Errors are typed:
 `UnsafeCgroupPath` for a refused runtime value, `CgroupWriteError`/`CgroupReadError` (path and errno) for a
 failed file operation, all `CgroupError`. Operator commands read any cgroup back: `locate_cgroup` from a
-container's cgroups path, `read_configured`/`read_effective` and `read_cpu_max` (files named by
-`cpuset_file_names` and `cpu_max_file`).
+container's cgroups path, `find_pod_cgroup` from a pod UID alone, `read_configured`/`read_effective` and
+`read_cpu_max` (files named by `cpuset_file_names` and `cpu_max_file`).
 """
 
 from podlevel.cgroups.paths import (
@@ -16,6 +16,7 @@ from podlevel.cgroups.paths import (
     NoCgroupHierarchy,
     PodCgroup,
     UnsafeCgroupPath,
+    find_pod_cgroup,
     kubelet_cgroup_parent,
     locate_cgroup,
     locate_pod_cgroup,
@@ -50,6 +51,7 @@ __all__ = [
     "UnsafeCgroupPath",
     "cpu_max_file",
     "cpuset_file_names",
+    "find_pod_cgroup",
     "kubelet_cgroup_parent",
     "locate_cgroup",
     "locate_pod_cgroup",

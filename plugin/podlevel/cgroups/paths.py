@@ -23,6 +23,7 @@ the value and the rule it broke.
 from __future__ import annotations
 
 import enum
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ V1_CPU_HIERARCHIES: Final = ("cpu,cpuacct", "cpu")
 _UID: Final = re.compile(r"[A-Za-z0-9._-]+")
 _QOS_TIERS: Final = {"guaranteed": (), "burstable": ("burstable",), "besteffort": ("besteffort",)}
 _SLICE_SUFFIX: Final = ".slice"
+_SEARCH_DEPTH: Final = 6
+"""How deep `find_pod_cgroup` looks: the kubelet's pod cgroups sit 2-3 levels down, a test bed's one more."""
 
 
 class CgroupError(Exception):
@@ -255,3 +258,21 @@ def _hierarchies(cgroup_root: Path) -> tuple[int, Path, Path]:
     if version == 2:
         return version, cgroup_root, cgroup_root
     return version, cgroup_root / "cpuset", _v1_cpu_hierarchy(cgroup_root)
+
+
+def find_pod_cgroup(pod_uid: str, cgroup_root: Path = DEFAULT_CGROUP_ROOT) -> PodCgroup | None:
+    """A pod's cgroup found by its UID alone (`pod<uid>`, or systemd's `...pod<uid_>.slice`), for a reader
+    that knows no cgroup parent (a plugin that is down left only its checkpoint); None when there is none."""
+    check_pod_uid(pod_uid)
+    _, cpuset_base, _ = _hierarchies(cgroup_root)
+    names = (f"pod{pod_uid}", f"pod{pod_uid.replace('-', '_')}{_SLICE_SUFFIX}")
+    base_depth = len(cpuset_base.parts)
+    for directory, subdirectories, _ in os.walk(cpuset_base):
+        depth = len(Path(directory).parts) - base_depth
+        for name in subdirectories:
+            if name == names[0] or name == names[1] or name.endswith("-" + names[1]):
+                parent = "/" + str(Path(directory, name).relative_to(cpuset_base))
+                return locate_pod_cgroup(pod_uid=pod_uid, cgroup_parent=parent, cgroup_root=cgroup_root)
+        if depth >= _SEARCH_DEPTH:
+            subdirectories.clear()
+    return None

@@ -2,6 +2,7 @@
 and print the decisions — tables, or with `--json` one JSON object that scripts rely on:
 
   {"topology": {"cpus": "0-15", "numa_nodes": {"0": "0-3,8-11", ...}},
+   "live_node": null | {"address": "127.0.0.1:9808", "generation": 12, "pods": ["default/fast-path", ...]},
    "pods": [{"name": ..., "namespace": ..., "admitted": true|false,
              "error": null | {"type": "TopologyAffinityError|EmptyPodSharedPoolError|...", "message": ...},
              "bubble": {"cpus": "2-5", "mems": "0"} | null,
@@ -11,6 +12,12 @@ and print the decisions — tables, or with `--json` one JSON object that script
    "node_shared_pool": "0-1,6-15"}
 
 CPU and node sets are Linux list strings (`0-3,8`); a refused pod has no bubble and reserves nothing.
+
+`--node` starts from the live node instead of an empty one: the running plugin (`--address`) gives its engine
+settings, its allocations (as its checkpoints hold them) and the pods it admitted, so the answer is "would
+this pod fit on this node now, and where?". The machine is read from `--topology` (default `sysfs=/sys`,
+this node) and must be the plugin's; the engine flags are the plugin's and cannot be given as well. Nothing
+is changed on the node.
 
 Decisions are printed as they stand after the last pod: shared pools are what every admitted pod leaves,
 exactly what `run` would hand the runtime at that moment. Exit status: 0 when every pod was admitted, 1 when
@@ -28,14 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
-from podlevel.podspec.manifest import load_pods
-from podlevel.report.views import decision_json
+from podlevel.podspec.manifest import from_annotation, load_pods
+from podlevel.report.views import decision_json, topology_json
+from podlevel.state.engine_state import node_state
+from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
 from podlevel.sysfs import read_topology
 
 SYSFS_PREFIX = "sysfs="
@@ -51,11 +61,13 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--topology",
-        required=True,
         metavar="SPEC|sysfs=DIR",
         help="sockets=S,nodes-per-socket=N,cores-per-node=C,threads-per-core=T[,memory-per-node=Q] "
-        "or sysfs=DIR for a sysfs tree",
+        "or sysfs=DIR for a sysfs tree (required without --node; with it, default sysfs=/sys)",
     )
+    parser.add_argument("--node", action="store_true",
+                        help="start from the live node's state, settings and pods (asked at --address)")
+    add_source_arguments(parser, local=False)
     add_engine_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("pods", nargs="+", metavar="POD.yaml", help="Pod manifests ('-' reads stdin)")
@@ -64,15 +76,77 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        topology = load_topology(args.topology)
-        engine = Engine(topology, engine_config(args, topology))
+        if args.node:
+            engine, live = live_node(args)
+        elif args.topology is None:
+            raise InputError("--topology", "describe the node, or start from the live one with --node")
+        else:
+            topology = load_topology(args.topology)
+            engine, live = Engine(topology, engine_config(args, topology)), None
         pods = read_pods(args.pods)
-    except (InputError, OSError) as err:
+        result = simulate(engine, pods, live)
+    except (InputError, OSError, BadInput, Unreachable) as err:
         print(f"nri-podlevel simulate: {err}", file=sys.stderr)
         return 2
-    result = simulate(engine, pods)
     sys.stdout.write(render_json(result) if args.json else render_table(result))
     return 0 if all(outcome.error is None for outcome in result.outcomes) else 1
+
+
+@dataclass(frozen=True, slots=True)
+class LiveNode:
+    address: str
+    generation: int
+    state: NodeState
+
+
+def live_node(args: argparse.Namespace) -> tuple[Engine, LiveNode]:
+    """The plugin's engine (its settings on this machine) and its state, from `/debug/node`."""
+    defaults = _engine_parser().parse_args([])
+    given = [k for k, v in vars(defaults).items() if getattr(args, k) != v]
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise InputError("--node", f"the engine settings are the node's; {flags} cannot be given as well")
+    status, document = fetch(args.address, "/debug/node")
+    if status != 200:
+        raise Unreachable(f"{args.address}/debug/node answered {status}")
+    topology = load_topology(args.topology or SYSFS_PREFIX + "/sys")
+    if topology_json(topology) != document["topology"]:
+        plugin_node = document["topology"]
+        raise InputError("--topology", f"{topology.describe()} is not the plugin's node {plugin_node}")
+    settings = _engine_parser().parse_args(_engine_flags(document["engine"]))
+    engine = Engine(topology, engine_config(settings, topology))
+    pods = {
+        pod["uid"]: from_annotation(
+            pod["shape"], name=pod["name"], namespace=pod["namespace"], uid=pod["uid"]
+        )
+        for pod in document["pods"]
+        if pod["shape"] is not None
+    }
+    cpu = decode(json.dumps(document["checkpoint"]["cpu"]), "cpu").content
+    memory = decode(json.dumps(document["checkpoint"]["memory"]), "memory").content
+    assert isinstance(cpu, CPUCheckpoint) and isinstance(memory, MemoryCheckpoint)
+    return engine, LiveNode(args.address, document["generation"], node_state(cpu, memory, pods))
+
+
+def _engine_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_engine_arguments(parser)
+    return parser
+
+
+def _engine_flags(settings: dict[str, Any]) -> list[str]:
+    """`/debug/node`'s engine settings as the flags that give them."""
+    def pairs(values: dict[str, Any]) -> str:
+        return ",".join(f"{key}={value}" for key, value in values.items())
+
+    flags = [
+        f"--scope={settings['scope']}", f"--policy={settings['topology_policy']}",
+        f"--cpu-policy={settings['cpu_policy']}", f"--memory-policy={settings['memory_policy']}",
+        f"--reserved-cpus={settings['reserved_cpus']}", f"--cpu-options={pairs(settings['cpu_options'])}",
+        f"--topology-options={pairs(settings['topology_options'])}",
+    ]
+    return flags + [f"--reserved-memory={node}:{pairs(amounts)}"
+                    for node, amounts in settings["reserved_memory"].items()]
 
 
 def load_topology(spec: str) -> Topology:
@@ -115,13 +189,19 @@ class Simulation:
     engine: Engine
     state: NodeState
     outcomes: tuple[Outcome, ...]
+    live: LiveNode | None = None
 
     def decision(self, outcome: Outcome) -> PodDecision | None:
         return None if outcome.error is not None else self.engine.decision(self.state, outcome.pod.uid)
 
 
-def simulate(engine: Engine, pods: Sequence[Pod]) -> Simulation:
-    state = engine.initial_state()
+def simulate(engine: Engine, pods: Sequence[Pod], live: LiveNode | None = None) -> Simulation:
+    """Admit `pods` in order on an empty node, or on the live node's state."""
+    state = engine.initial_state() if live is None else live.state
+    for pod in pods:
+        if pod.uid in state.pods:
+            where = f"pod {pod.namespace}/{pod.name} (uid {pod.uid})"
+            raise InputError("unique pods", f"{where} runs on the node already")
     outcomes: list[Outcome] = []
     for pod in pods:
         try:
@@ -130,18 +210,18 @@ def simulate(engine: Engine, pods: Sequence[Pod]) -> Simulation:
             outcomes.append(Outcome(pod, err))
         else:
             outcomes.append(Outcome(pod, None))
-    return Simulation(engine, state, tuple(outcomes))
+    return Simulation(engine, state, tuple(outcomes), live)
 
 
 # -- JSON (contract) -------------------------------------------------------------------------------------
 
 
 def to_json(result: Simulation) -> dict[str, object]:
-    topology = result.engine.topology
+    live = result.live
     return {
-        "topology": {
-            "cpus": str(topology.all_cpus),
-            "numa_nodes": {str(node): str(cpus) for node, cpus in topology.cpus_by_numa.items()},
+        "topology": topology_json(result.engine.topology),
+        "live_node": None if live is None else {
+            "address": live.address, "generation": live.generation, "pods": _live_pods(live),
         },
         "pods": [_pod_json(outcome, result.decision(outcome)) for outcome in result.outcomes],
         "node_shared_pool": str(result.engine.node_shared_pool(result.state)),
@@ -170,8 +250,17 @@ def _mems(nodes: Sequence[int]) -> str:
 # -- tables ----------------------------------------------------------------------------------------------
 
 
+def _live_pods(live: LiveNode) -> list[str]:
+    return [f"{pod.namespace}/{pod.name}" for pod in live.state.pods.values()]
+
+
 def render_table(result: Simulation) -> str:
-    lines = [f"node: {result.engine.topology.describe()}", "", "PODS"]
+    lines = [f"node: {result.engine.topology.describe()}"]
+    if result.live is not None:
+        running = ", ".join(_live_pods(result.live)) or "none"
+        lines.append(f"starting from the live node at {result.live.address} (generation "
+                     f"{result.live.generation}); pods admitted there: {running}")
+    lines += ["", "PODS"]
     for outcome in result.outcomes:
         lines.extend(_pod_lines(outcome, result.decision(outcome)))
     lines += ["", "NUMA NODES"]
@@ -218,11 +307,9 @@ def _holders(result: Simulation) -> list[tuple[str, CPUSet]]:
         also_shared = engine.reserved_cpus.is_subset(engine.node_shared_pool(state))
         label = "reserved (node shared pool too)" if also_shared else "reserved"
         holders.append((label, engine.reserved_cpus))
-    for outcome in result.outcomes:
-        decision = result.decision(outcome)
-        if decision is None:
-            continue
-        title = f"{outcome.pod.namespace}/{outcome.pod.name}"
+    for pod in state.pods.values():
+        decision = engine.decision(state, pod.uid)
+        title = f"{pod.namespace}/{pod.name}"
         slices = CPUSet()
         for c in decision.containers:
             if c.assignment in EXCLUSIVE:

@@ -322,7 +322,7 @@ class Engine:
 
     def _locality_message(self, state: NodeState, requested: Mapping[str, int]) -> str:
         """The kubelet's message plus the numbers an operator needs: what was asked, what each node has."""
-        asked = ", ".join(f"{name}={_amount(name, amount)}" for name, amount in sorted(requested.items()))
+        asked = ", ".join(f"{name}={format_amount(name, n)}" for name, n in sorted(requested.items()))
         nodes: list[str] = []
         for numa in self.free_per_numa(state):
             memory = [f"{name}={format_bytes(n)}" for name, n in numa.memory.items() if name in requested]
@@ -487,7 +487,8 @@ def _requests(container: Container) -> Mapping[str, int]:
     return {name: container.resources.request(name) for name in names}
 
 
-def _amount(name: str, amount: int) -> str:
+def format_amount(name: str, amount: int) -> str:
+    """A CPU amount in cores or millicores, memory with its binary suffix, as an operator writes them."""
     if name == CPU:
         return f"{amount // 1000}" if amount % 1000 == 0 else f"{amount}m"
     return format_bytes(amount)

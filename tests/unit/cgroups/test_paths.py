@@ -11,6 +11,7 @@ from podlevel.cgroups.paths import (
     NoCgroupHierarchy,
     UnsafeCgroupPath,
     cgroup_version,
+    find_pod_cgroup,
     kubelet_cgroup_parent,
     locate_cgroup,
     locate_pod_cgroup,
@@ -291,3 +292,15 @@ def test_any_cgroup_is_located_from_a_container_cgroups_path(
 def test_a_cgroups_path_that_leaves_the_hierarchy_is_refused(tmp_path: Path, cgroups_path: str) -> None:
     with pytest.raises(UnsafeCgroupPath):
         locate_cgroup(cgroups_path, v2_root(tmp_path))
+
+
+def test_a_pod_cgroup_is_found_by_its_uid_alone(tmp_path: Path) -> None:
+    root = v1_root(tmp_path)
+    assert find_pod_cgroup(UID, root) is None
+    (root / "cpuset" / "test.slice" / "kubepods" / "burstable" / f"pod{UID}" / "ctr").mkdir(parents=True)
+    found = find_pod_cgroup(UID, root)
+    assert found is not None and found.path == f"/test.slice/kubepods/burstable/pod{UID}"
+    v2 = v2_root(tmp_path)
+    (v2 / SYSTEMD_POD).mkdir(parents=True)
+    systemd = find_pod_cgroup(UID, v2)
+    assert systemd is not None and systemd.cpuset_dir == v2 / SYSTEMD_POD

@@ -7,30 +7,19 @@ from typing import Any
 
 import pytest
 
-from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
-from podlevel.nri import RpcError
 from podlevel.podspec.manifest import from_annotation
 from podlevel.report.http import Route
 from podlevel.report.views import views
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import decode
-from support.builders import MI, container, fast_path, new_engine, sandbox
+from support.builders import MI, fast_path, three_pods
 
 
 @pytest.fixture
 def plugin() -> PodLevelPlugin:
-    """web in the node shared pool, fast with a 4-CPU bubble, no-room refused."""
-    plugin = PodLevelPlugin(Placement(new_engine()))
-    for pod, name in ((sandbox(None), "server"), (sandbox(fast_path()), "app")):
-        created = container(pod, name)
-        created.linux.cgroups_path = f"/kubepods/pod{pod.uid}/{created.id}"
-        plugin.create_container(pod, created)
-    no_room = sandbox(fast_path("no-room", 2, 2))
-    with pytest.raises(RpcError):
-        plugin.create_container(no_room, container(no_room, "app"))
-    return plugin
+    return three_pods()
 
 
 @pytest.fixture

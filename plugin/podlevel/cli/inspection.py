@@ -1,0 +1,462 @@
+"""What the operator commands share (`show`, `check`, `explain`, `simulate --node`): the plugin's endpoint,
+the checkpoint files and the cgroup files, each read by the command itself, compared, and laid out.
+
+Sources, in order: the running plugin's `/debug/node` (`--address`), which knows every pod by name; when it
+does not answer, the checkpoint files in `--state-dir`, which know only pod UIDs and container names (a pod's
+cgroup is then found by its UID). The cgroup files under `--cgroup-root` are read directly (v1 or v2) and set
+beside what the source says each cgroup should hold: a field that differs is a `Drift` naming the file, what
+was expected and what was found. For a cpuset the configured file is named when it differs (someone wrote
+it), else the `.effective` one (a parent clips it). A CFS quota the plugin leaves alone is not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote
+
+from podlevel.cgroups import (
+    DEFAULT_CGROUP_ROOT,
+    Cgroup,
+    CgroupError,
+    cpu_max_file,
+    cpuset_file_names,
+    find_pod_cgroup,
+    locate_cgroup,
+    locate_pod_cgroup,
+    read_configured,
+    read_cpu_max,
+    read_effective,
+)
+from podlevel.cli.checkpoint import summary
+from podlevel.cli.run import DEFAULT_METRICS_ADDRESS
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.memory_policy import MemoryBlock
+from podlevel.report.http import parse_address
+from podlevel.report.views import numa_usage
+from podlevel.state.engine_state import node_state
+from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
+from podlevel.state.store import CPU_STATE_FILE, DEFAULT_STATE_DIR, MEMORY_STATE_FILE
+from podlevel.sysfs.reader import read_topology
+
+TIMEOUT_S: Final = 5.0
+PLUGIN_AND_CGROUP: Final = "plugin and cgroup"
+PLUGIN_AND_CHECKPOINT: Final = "plugin and checkpoint"
+CHECKPOINT_AND_CGROUP: Final = "checkpoint and cgroup"
+UNLIMITED: Final = "max"
+_IGNORED_SUMMARY_KEYS: Final = ("kind", "version", "writtenBy", "valid", "checks", "notes")
+
+
+class Unreachable(Exception):
+    """The plugin's endpoint did not answer."""
+
+
+class BadInput(Exception):
+    """What the command was given cannot be used (exit status 2)."""
+
+
+def add_source_arguments(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
+    parser.add_argument("--address", default=DEFAULT_METRICS_ADDRESS,
+                        help="HOST:PORT of the plugin's endpoint, its --metrics-address (%(default)s)")
+    if local:
+        parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                            help="the plugin's checkpoints (%(default)s)")
+        parser.add_argument("--cgroup-root", type=Path, default=DEFAULT_CGROUP_ROOT,
+                            help="the cgroup mount (%(default)s)")
+        parser.add_argument("--sysfs-root", default="/sys",
+                            help="sysfs for the NUMA layout when the plugin is down (%(default)s)")
+
+
+def fetch(address: str, path: str, **query: str) -> tuple[int, Any]:
+    """GET `path` on the endpoint: (status, the JSON body). Unreachable when nothing answers there."""
+    try:
+        host, port = parse_address(address)
+    except ValueError as err:
+        raise BadInput(str(err)) from None
+    target = path + ("?" + "&".join(f"{k}={quote(v, safe='/')}" for k, v in query.items()) if query else "")
+    connection = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as err:
+        raise Unreachable(f"the plugin endpoint {address} does not answer: {err}") from None
+    finally:
+        connection.close()
+    try:
+        return response.status, json.loads(body)
+    except ValueError:
+        what = f"{address}{path} answered {response.status} without JSON: is it the plugin?"
+        raise Unreachable(what) from None
+
+
+# -- cgroups -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a cgroup should hold; None: not set by the plugin (not compared)."""
+
+    cpus: str | None
+    mems: str | None
+    quota: str | None
+    """`max` (no limit) or microseconds."""
+
+
+@dataclass(frozen=True)
+class Found:
+    cpus: str | None = None
+    """`.effective`, as the kernel enforces it."""
+    mems: str | None = None
+    quota: str | None = None
+    error: str | None = None
+    drifted: tuple[str, ...] = ()
+    """The fields (`cpus`, `mems`, `quota`) that are not what they should be."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    file: str
+    expected: str
+    found: str
+    between: str
+
+
+def quota_text(quota_us: int | None) -> str | None:
+    """The plugin's quota (-1 = no limit, None = left alone) as compared with a cgroup's."""
+    return None if quota_us is None else UNLIMITED if quota_us < 0 else str(quota_us)
+
+
+def read_cgroup(cgroup: Cgroup, expected: Expected, between: str) -> tuple[Found, list[Drift]]:
+    """What the cgroup holds, and every field that is not what it should be."""
+    names = cpuset_file_names(cgroup.version)
+    try:
+        configured = read_configured(cgroup.cpuset_dir, cgroup.version)
+        effective = read_effective(cgroup.cpuset_dir, cgroup.version)
+        quota, _ = read_cpu_max(cgroup)
+    except (CgroupError, InputError, ValueError) as err:
+        where = str(cgroup.cpuset_dir)
+        return Found(error=str(err)), [Drift(where, _expected_text(expected), f"unreadable: {err}", between)]
+    found_quota = UNLIMITED if quota is None else str(quota)
+    drifts: dict[str, Drift] = {}
+    for name, want, have, have_effective, file, effective_file in (
+        ("cpus", expected.cpus, configured.cpus, effective.cpus, names.cpus, names.effective_cpus),
+        ("mems", expected.mems, configured.mems, effective.mems, names.mems, names.effective_mems),
+    ):
+        if want is None:
+            continue
+        wanted = CPUSet.parse(want)
+        if have and have != wanted:
+            drifts[name] = Drift(str(cgroup.cpuset_dir / file), str(wanted), str(have), between)
+        elif have_effective != wanted:
+            drifts[name] = Drift(str(cgroup.cpuset_dir / effective_file), str(wanted), str(have_effective),
+                                 between)
+    if expected.quota is not None and found_quota != expected.quota:
+        drifts["quota"] = Drift(str(cpu_max_file(cgroup)), expected.quota, found_quota, between)
+    found = Found(str(effective.cpus), str(effective.mems), found_quota, None, tuple(drifts))
+    return found, list(drifts.values())
+
+
+def _expected_text(expected: Expected) -> str:
+    return " ".join(f"{k}={v}" for k, v in asdict(expected).items() if v is not None) or "readable"
+
+
+# -- the node as a command sees it ------------------------------------------------------------------------
+
+
+@dataclass
+class CgroupRow:
+    """One cgroup (a pod's or a container's) as the source wants it and as the files hold it."""
+
+    expected: Expected
+    path: str | None = None
+    """The cgroup's cpuset directory; None when it cannot be located."""
+    found: Found | None = None
+    drifts: list[Drift] = field(default_factory=list)
+
+
+@dataclass
+class ContainerRow:
+    name: str
+    id: str | None
+    assignment: str | None
+    cgroup: CgroupRow
+
+
+@dataclass
+class PodRow:
+    namespace: str | None
+    name: str | None
+    uid: str
+    status: str
+    refusal: str | None
+    bubble: dict[str, str | None] | None
+    pod_cgroup: CgroupRow | None
+    containers: list[ContainerRow]
+
+    @property
+    def title(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.name is not None else f"pod {self.uid}"
+
+
+@dataclass
+class Inspection:
+    source: str
+    """`plugin` (its endpoint answered) or `checkpoint` (it did not: the files in the state dir)."""
+    note: str
+    numa_nodes: list[dict[str, Any]]
+    node_shared_pool: str | None
+    checkpoint_error: str | None
+    pods: list[PodRow]
+    drifts: list[Drift]
+    generation: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        document = asdict(self)
+        for pod, row in zip(document["pods"], self.pods, strict=True):
+            for cgroup in [pod["pod_cgroup"], *(c["cgroup"] for c in pod["containers"])]:
+                if cgroup is not None:
+                    del cgroup["drifts"]  # listed once, in "drifts"
+            pod["title"] = row.title
+        return document
+
+
+def inspect_for(command: str, args: argparse.Namespace) -> Inspection | None:
+    """`inspect` with the source arguments; None after saying on stderr why the input cannot be used."""
+    try:
+        return inspect(args.address, args.state_dir, args.cgroup_root, args.sysfs_root)
+    except BadInput as err:
+        print(f"nri-podlevel {command}: {err}", file=sys.stderr)
+        return None
+
+
+def inspect(address: str, state_dir: Path, cgroup_root: Path, sysfs_root: str) -> Inspection:
+    """The node from the plugin, or from its checkpoints when it does not answer, beside the cgroups."""
+    try:
+        _, document = fetch(address, "/debug/node")
+    except Unreachable as err:
+        return from_checkpoints(state_dir, cgroup_root, sysfs_root, str(err))
+    return from_plugin(document, address, state_dir, cgroup_root)
+
+
+def from_plugin(document: Mapping[str, Any], address: str, state_dir: Path, cgroup_root: Path) -> Inspection:
+    pods: list[PodRow] = []
+    drifts: list[Drift] = []
+    for pod in document["pods"]:
+        row = PodRow(pod["namespace"], pod["name"], pod["uid"], pod["status"], pod["refusal"], pod["bubble"],
+                     None, [])
+        wanted = pod["pod_cgroup"]
+        if wanted is not None:
+            expected = Expected(wanted["cpus"], wanted["mems"] if wanted["cpus"] else None,
+                                UNLIMITED if wanted["unlimited_quota"] else None)
+            row.pod_cgroup = _pod_cgroup_row(pod["uid"], pod["cgroup_parent"], cgroup_root, expected,
+                                             PLUGIN_AND_CGROUP)
+        for container in pod["containers"]:
+            expected = Expected(container["cpus"], container["mems"], quota_text(container["cpu_quota_us"]))
+            cgroup = CgroupRow(expected)
+            if container["cgroups_path"]:
+                _read_into(cgroup, container["cgroups_path"], cgroup_root)
+            row.containers.append(ContainerRow(container["name"], container["id"], container["assignment"],
+                                               cgroup))
+        pods.append(row)
+        drifts += _row_drifts(row)
+    drifts += checkpoint_drifts(document["checkpoint"], state_dir)
+    return Inspection(
+        source="plugin",
+        note=f"plugin at {address} (generation {document['generation']}), checkpoints in {state_dir}, "
+             f"cgroups under {cgroup_root}",
+        numa_nodes=document["numa_nodes"],
+        node_shared_pool=document["node_shared_pool"],
+        checkpoint_error=document["checkpoint_error"],
+        pods=pods,
+        drifts=drifts,
+        generation=document["generation"],
+    )
+
+
+def _read_into(row: CgroupRow, cgroups_path: str, cgroup_root: Path) -> None:
+    try:
+        cgroup = locate_cgroup(cgroups_path, cgroup_root)
+    except CgroupError as err:
+        row.drifts = [Drift(cgroups_path, _expected_text(row.expected), f"unreadable: {err}",
+                            PLUGIN_AND_CGROUP)]
+        return
+    row.path = str(cgroup.cpuset_dir)
+    row.found, row.drifts = read_cgroup(cgroup, row.expected, PLUGIN_AND_CGROUP)
+
+
+def _pod_cgroup_row(uid: str, parent: str | None, root: Path, expected: Expected, between: str) -> CgroupRow:
+    row = CgroupRow(expected)
+    try:
+        pod = (locate_pod_cgroup(pod_uid=uid, cgroup_parent=parent, cgroup_root=root) if parent
+               else find_pod_cgroup(uid, root))
+    except CgroupError as err:
+        row.drifts = [Drift(f"pod cgroup of {uid}", _expected_text(expected), f"unreadable: {err}", between)]
+        return row
+    if pod is None:
+        row.drifts = [Drift(f"pod cgroup of {uid}", _expected_text(expected), "no such cgroup", between)]
+        return row
+    row.path = str(pod.cpuset_dir)
+    row.found, row.drifts = read_cgroup(pod, expected, between)
+    return row
+
+
+def _row_drifts(row: PodRow) -> list[Drift]:
+    cgroups = [row.pod_cgroup] if row.pod_cgroup is not None else []
+    return [d for cgroup in [*cgroups, *(c.cgroup for c in row.containers)] for d in cgroup.drifts]
+
+
+# -- checkpoints -------------------------------------------------------------------------------------------
+
+
+def read_checkpoint(path: Path, kind: Kind) -> Decoded:
+    """One checkpoint file, read only (never moved aside or migrated: that is the plugin's business)."""
+    try:
+        return decode(path.read_bytes(), kind)
+    except OSError as err:
+        raise BadInput(f"{path}: {err.strerror}") from None
+    except CorruptCheckpoint as err:
+        raise BadInput(f"{path}: corrupt: {err}") from None
+
+
+def checkpoint_drifts(embedded: Mapping[str, Any], state_dir: Path) -> list[Drift]:
+    """Where the files in `state_dir` differ from what the plugin holds now (`/debug/node`'s checkpoint)."""
+    drifts: list[Drift] = []
+    files: tuple[tuple[Kind, str], ...] = (("cpu", CPU_STATE_FILE), ("memory", MEMORY_STATE_FILE))
+    for kind, name in files:
+        path = state_dir / name
+        want = _flat(summary(decode(json.dumps(embedded[kind]), kind)))
+        try:
+            have = _flat(summary(read_checkpoint(path, kind)))
+        except BadInput as err:
+            drifts.append(Drift(str(path), "the plugin's checkpoint", str(err), PLUGIN_AND_CHECKPOINT))
+            continue
+        for key in sorted(want.keys() | have.keys()):
+            if want.get(key) != have.get(key):
+                drifts.append(Drift(str(path), f"{key} = {want.get(key, 'absent')}",
+                                    f"{key} = {have.get(key, 'absent')}", PLUGIN_AND_CHECKPOINT))
+    return drifts
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, str]:
+    if isinstance(value, dict):
+        flat: dict[str, str] = {}
+        for key, item in value.items():
+            if not prefix and key in _IGNORED_SUMMARY_KEYS:
+                continue
+            flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: json.dumps(value) if isinstance(value, list) else str(value)}
+
+
+def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: str) -> Inspection:
+    """The node as the checkpoint files left it, beside the pod cgroups (found by UID)."""
+    cpu = read_checkpoint(state_dir / CPU_STATE_FILE, "cpu").content
+    memory = read_checkpoint(state_dir / MEMORY_STATE_FILE, "memory").content
+    if not isinstance(cpu, CPUCheckpoint) or not isinstance(memory, MemoryCheckpoint):
+        raise BadInput(f"{state_dir}: the CPU checkpoint is in the V1 layout, keyed by container ID")
+    try:
+        topology = read_topology(sysfs_root)
+    except (OSError, InputError) as err:
+        raise BadInput(f"cannot read the NUMA layout from {sysfs_root}: {err}") from None
+    pods: list[PodRow] = []
+    for uid in sorted({*cpu.entries, *cpu.pod_entries, *memory.entries, *memory.pod_entries}):
+        bubble_cpus = cpu.pod_entries.get(uid)
+        bubble_mems = _nodes(memory.pod_entries.get(uid, ()))
+        bubble = None
+        if bubble_cpus is not None or bubble_mems:
+            shown = str(bubble_cpus) if bubble_cpus is not None else None
+            bubble = {"cpus": shown, "mems": bubble_mems or None}
+        row = PodRow(None, None, uid, "recorded", None, bubble, None, [])
+        if bubble_cpus is not None:
+            expected = Expected(str(bubble_cpus), bubble_mems or None, None)
+            row.pod_cgroup = _pod_cgroup_row(uid, None, cgroup_root, expected, CHECKPOINT_AND_CGROUP)
+        containers = {**dict.fromkeys(memory.entries.get(uid, {})), **dict.fromkeys(cpu.entries.get(uid, {}))}
+        for name in containers:
+            cpus = cpu.entries.get(uid, {}).get(name)
+            mems = _nodes(memory.entries.get(uid, {}).get(name, ()))
+            expected = Expected(str(cpus) if cpus is not None else None, mems or None, None)
+            row.containers.append(ContainerRow(name, None, None, CgroupRow(expected)))
+        pods.append(row)
+    state = node_state(cpu, memory, {})
+    return Inspection(
+        source="checkpoint",
+        note=f"{why}; from the checkpoint files in {state_dir} (only pod UIDs and container names are "
+             f"known), cgroups under {cgroup_root}",
+        numa_nodes=numa_usage(topology.cpus_by_numa, None, None, state),
+        node_shared_pool=str(cpu.default),
+        checkpoint_error=None,
+        pods=pods,
+        drifts=[d for row in pods for d in _row_drifts(row)],
+    )
+
+
+def _nodes(blocks: Iterable[MemoryBlock]) -> str:
+    return str(CPUSet({node for block in blocks for node in block.numa_affinity}))
+
+
+# -- layout ------------------------------------------------------------------------------------------------
+
+
+class Style:
+    """ANSI colour when stdout is a terminal (and NO_COLOR is unset), plain text otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @classmethod
+    def for_stdout(cls) -> Style:
+        return cls(sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and text else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def drift(self, text: str) -> str:
+        """A value that is not what it should be: red on a terminal, marked with `!` elsewhere."""
+        return self._wrap("1;31", text) if self.enabled else f"{text}!"
+
+    def good(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+
+def columns(rows: Sequence[Sequence[str]], indent: str = "", style: Style | None = None) -> list[str]:
+    """Rows aligned in columns; widths ignore ANSI codes, so coloured cells line up too."""
+    widths = [max(_visible(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell + " " * (width - _visible(cell)) for cell, width in zip(row, widths, strict=True)]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    if style is not None and lines:
+        lines[0] = style.bold(lines[0])
+    return lines
+
+
+def _visible(text: str) -> int:
+    length, escape = 0, False
+    for char in text:
+        if char == "\x1b":
+            escape = True
+        elif escape:
+            escape = char != "m"
+        else:
+            length += 1
+    return length
+
+
+def drift_lines(drifts: Iterable[Drift]) -> Iterator[str]:
+    for drift in drifts:
+        yield f"drift ({drift.between}): {drift.file}: expected {drift.expected}, found {drift.found}"
