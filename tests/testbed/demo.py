@@ -1,7 +1,9 @@
 """`make demo`: a private containerd with NRI on this machine, `nri-podlevel run` attached as a real plugin
 process, the demo pods started through CRI the way a kubelet would, and what landed in each pod's and each
 container's cgroup printed beside the plugin's own log. Then the plugin is killed and started again: it
-restores from its checkpoint and nothing moves; `nri-podlevel checkpoint inspect` shows the files. Everything
+restores from its checkpoint and nothing moves; `nri-podlevel checkpoint inspect` shows the files. Before the
+restart the operator commands run against the live plugin: `show`, `check`, `explain` of every pod, and
+`check` again after one container's cpuset was written behind the plugin's back (then put back). Everything
 started is stopped again, pass or fail.
 """
 
@@ -13,11 +15,12 @@ import sys
 from pathlib import Path
 from typing import Final
 
+from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from testbed import CHECKOUT
-from testbed.cgroupfs import CgroupValues, cpus_allowed_list, read_cgroup
+from testbed.cgroupfs import CGROUP_MOUNT, CgroupValues, cpus_allowed_list, is_cgroup2, read_cgroup
 from testbed.containerd import FLAVOURS, Containerd
 from testbed.cri import CRI, CRIError, pod_cgroup_parent
 from testbed.kubelet import qos_tier, start_pod
@@ -54,6 +57,37 @@ def _quota(values: CgroupValues) -> str:
     return "max" if values.cpu_quota_us is None else str(values.cpu_quota_us)
 
 
+def nri_podlevel(*args: str, check: bool = True) -> None:
+    print(f"== nri-podlevel {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, "-m", "podlevel.cli.main", *args], check=check)
+
+
+def operator_commands(cri: CRI, plugin: PluginProcess, started: list[tuple[Pod, dict[str, str]]],
+                      refused: list[Pod]) -> None:
+    """show, check, explain; then a drift: the first container's cpuset written behind the plugin's back."""
+    source = ["--address", plugin.metrics_address, "--state-dir", str(plugin.state_dir)]
+    nri_podlevel("show", *source)
+    nri_podlevel("check", *source)
+    for pod in [pod for pod, _ in started] + refused:
+        nri_podlevel("explain", f"{pod.namespace}/{pod.name}", "--address", plugin.metrics_address)
+    if not started or not started[0][1]:
+        return
+    container_id = next(iter(started[0][1].values()))
+    relative = cri.container_status(container_id).cgroups_path.strip("/")
+    cpus = (CGROUP_MOUNT if is_cgroup2() else CGROUP_MOUNT / "cpuset") / relative / "cpuset.cpus"
+    before = cpus.read_text().strip()
+    others = CPUSet.parse((cpus.parent.parent / "cpuset.cpus").read_text().strip()) - CPUSet.parse(before)
+    if not others:
+        return
+    other = str(CPUSet([min(others)]))
+    print(f"== echo {other} > {cpus}", flush=True)
+    cpus.write_text(other)
+    try:
+        nri_podlevel("check", *source, check=False)
+    finally:
+        cpus.write_text(before)
+
+
 def inspect_checkpoints(state_dir: Path) -> None:
     for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
         print(f"== nri-podlevel checkpoint inspect {state_dir / name}")
@@ -80,14 +114,17 @@ def main(argv: list[str] | None = None) -> int:
             plugin.wait_registered()
             with ctrd.cri() as cri:
                 started: list[tuple[Pod, dict[str, str]]] = []
+                refused: list[Pod] = []
                 for pod in pods:
                     print(f"== pod {pod.namespace}/{pod.name} through CRI")
                     try:
                         started.append((pod, start_pod(cri, pod).containers))
                     except CRIError as err:
                         print(f"   refused: {err.details}")
+                        refused.append(pod)
                 print("== what the cgroups hold now")
                 before = [report(cri, pod, containers) for pod, containers in started]
+                operator_commands(cri, plugin, started, refused)
                 print("== the plugin is killed (SIGKILL) and started again; the containers keep running")
                 plugin.kill()
                 plugin = PluginProcess(ctrd.nri_socket, args.plugin_args, state_dir=state_dir)

@@ -3,7 +3,8 @@
 Per NUMA node the CPUs and memory reserved, in bubbles, exclusive and free; per pod and container the
 assignment, the CPUs, memory nodes and CFS quota the plugin gave it, next to what its cgroup enforces
 (`cpuset.cpus.effective`, `cpuset.mems.effective`, `cpu.max`; v1 `cpuset.effective_cpus`, ...,
-`cpu.cfs_quota_us`), and the pod cgroup's bubble. A value that differs is a drift: red on a terminal, marked
+`cpu.cfs_quota_us`), and the pod cgroup's bubble (memory resources the machine has none of are left out of
+the table). A value that differs is a drift: red on a terminal, marked
 `!` otherwise, and listed at the end. The plugin is asked at `--address`; when it does not answer, the
 checkpoint files in `--state-dir` are shown instead (the output says so): pods are then known by UID only,
 containers by name, and only the pod cgroups (found by UID) are read.
@@ -102,7 +103,7 @@ def _numa_lines(node: Inspection, style: Style) -> list[str]:
         cpus = numa["cpus"]
         cpu_cells = [str(numa["node"]), *(_set(cpus[k]) for k in ("all", "reserved", "bubbles", "exclusive",
                                                                     "free"))]
-        memory = list(numa["memory"].items()) or [("-", None)]
+        memory = [(name, table) for name, table in numa["memory"].items() if table["total"]] or [("-", None)]
         for i, (resource, table) in enumerate(memory):
             amounts = ["-"] * 4 if table is None else [
                 format_bytes(table[k]) if table[k] else "0" for k in _MEMORY_COLUMNS
