@@ -19,18 +19,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
+import prometheus_client
 import yaml
 
+from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report.http import ReportServer, Route, probes
+from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
@@ -54,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default="auto", choices=LOG_FORMATS,
+                        help="log layout on stderr (%(default)s: console on a terminal, else JSON lines)")
     add_engine_arguments(parser)
 
 
@@ -176,24 +182,27 @@ def run(args: argparse.Namespace) -> int:
     except InputError as err:
         print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
+    # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
     try:
         topology = read_topology(args.sysfs_root)
         engine = Engine(topology, engine_config(args, topology))
         state = StateDir(Path(args.state_dir))
+        # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
+        metrics = PluginMetrics(lambda: handler.snapshot) if args.metrics_address else None
+        observer = metrics or Observer()
         handler = PodLevelPlugin(
             Placement(engine, recorded=_recorded(state, engine)),
             state=state,
-            pod_cgroups=PodCgroups(Path(args.cgroup_root)) if args.cgroup_root else None,
+            pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
+            observer=observer,
         )
         if "NRI_PLUGIN_SOCKET" in os.environ:
-            stub = Stub.from_environment(handler)
+            stub = Stub.from_environment(handler, observer=metrics)
         else:
-            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
-        server = ReportServer(args.metrics_address, report_routes(stub)) if args.metrics_address else None
+            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
+        server = ReportServer(args.metrics_address, report_routes(stub, metrics)) if metrics else None
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -213,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def report_routes(stub: Stub) -> dict[str, Route]:
-    """What the HTTP endpoint serves: the probes (ready while registered and synchronized)."""
-    return probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
+def report_routes(stub: Stub, metrics: PluginMetrics) -> dict[str, Route]:
+    """What the HTTP endpoint serves: the probes (ready while registered and synchronized) and `/metrics`."""
+    routes = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
+    routes["/metrics"] = metrics_route(metrics)
+    return routes
