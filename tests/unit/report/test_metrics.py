@@ -20,22 +20,12 @@ from podlevel.report.http import ReportServer
 from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.store import StateDir
 from support.builders import GI, MI, app, fast_path, guaranteed, new_engine, pod
+from support.scrape import Samples, samples_of, value
 from unit.agent.test_plugin import container, sandbox, v2_root
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def samples(metrics: PluginMetrics) -> Samples:
-    text = metrics.exposition().decode()
-    return {
-        (s.name, frozenset(s.labels.items())): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(seen: Samples, name: str, **labels: str) -> float:
-    return seen[name, frozenset(labels.items())]
+    return samples_of(metrics.exposition().decode())
 
 
 def allocations(seen: Samples, resource: str, source: str) -> float:
