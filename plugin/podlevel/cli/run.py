@@ -31,6 +31,7 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report.http import ReportServer, Route, probes
+from podlevel.report.podresources import DEFAULT_SOCKET, PodResourcesServer
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
@@ -51,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the checkpoints live, created 0700 (%(default)s)")
     parser.add_argument("--metrics-address", default=DEFAULT_METRICS_ADDRESS,
                         help="HOST:PORT of probes and metrics (%(default)s); empty: off")
+    parser.add_argument("--podresources-socket", default=str(DEFAULT_SOCKET),
+                        help="socket of the PodResources v1 service (%(default)s), mode 0600; empty: off")
+    parser.add_argument("--podresources-socket-group", default="", metavar="NAME|GID",
+                        help="open the PodResources socket to this group too (mode 0660)")
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -194,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
         server = ReportServer(args.metrics_address, report_routes(stub)) if args.metrics_address else None
+        podresources = (
+            PodResourcesServer(Path(args.podresources_socket), lambda: handler.snapshot,
+                               group=args.podresources_socket_group)
+            if args.podresources_socket else None
+        )
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -204,10 +214,14 @@ def run(args: argparse.Namespace) -> int:
     )
     if server is not None:
         server.start()
+    if podresources is not None:
+        podresources.start()
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
     finally:
+        if podresources is not None:
+            podresources.stop()
         if server is not None:
             server.stop()
     return 0
