@@ -38,16 +38,19 @@ class PluginExited(RuntimeError):
 class PluginProcess:
     """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
     so far. A plugin started again with the same `state_dir` restores from the checkpoints there. Its HTTP
-    endpoint listens on a free loopback port, `metrics_address`, so several plugins never collide."""
+    endpoint listens on a free loopback port, `metrics_address`, and its PodResources service on
+    `podresources_socket` in the state directory, so several plugins never collide."""
 
     def __init__(
         self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | "
     ) -> None:
         self.state_dir = state_dir
         self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.podresources_socket = state_dir / "pod-resources.sock"
         command = [
             sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
-            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address, *extra,
+            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address,
+            "--podresources-socket", str(self.podresources_socket), *extra,
         ]
         self.prefix = prefix
         self.lines: list[str] = []

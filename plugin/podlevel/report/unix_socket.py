@@ -51,9 +51,10 @@ def bind_private(path: Path, bind: Callable[[str], None], *, gid: int | None, ru
     0600 (0660 and group `gid` when given). Returns the socket's stat, to recognise it at removal."""
     check_replaceable(path, rule)
     path.parent.mkdir(parents=True, exist_ok=True)
-    hidden = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    # Short names: the staged path must stay within the 107 bytes a socket address holds.
+    hidden = Path(tempfile.mkdtemp(prefix=".sock-", dir=path.parent))
     try:
-        staged = hidden / "socket"
+        staged = hidden / "s"
         bind(f"unix:{staged}")
         if gid is not None:
             os.chown(staged, -1, gid)

@@ -237,13 +237,17 @@ def other_group() -> grp.struct_group:
 
 
 @pytest.mark.parametrize("by", ["name", "number"])
-def test_group_socket_is_0660_and_owned_by_the_group(tmp_path: Path, pod_scope: Placement, by: str) -> None:
+def test_group_socket_is_0660_and_owned_by_the_group(
+    tmp_path: Path, pod_scope: Placement, by: str, caplog: pytest.LogCaptureFixture
+) -> None:
     group = other_group()
     given = group.gr_name if by == "name" else str(group.gr_gid)
+    tmp_path.chmod(0o700)
     server = PodResourcesServer(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group=given)
     try:
         status = server.path.lstat()
         assert (stat.S_IMODE(status.st_mode), status.st_gid) == (0o660, group.gr_gid)
+        assert f"its directory {tmp_path} (mode 700) does not let the group in" in caplog.text
     finally:
         server.stop()
 
