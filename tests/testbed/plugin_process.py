@@ -22,16 +22,26 @@ REGISTERED: Final = "registered with"
 """What the stub logs once the runtime has configured and synchronized it."""
 
 
+def run_help() -> str:
+    """`nri-podlevel run --help`: which flags the plugin under test has."""
+    done = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "run", "--help"], capture_output=True,
+                          text=True, check=True, timeout=REGISTER_TIMEOUT_S)
+    return done.stdout
+
+
 class PluginExited(RuntimeError):
     """The plugin process ended while something was still expected of it."""
 
 
 class PluginProcess:
-    """`nri-podlevel run --nri-socket SOCKET EXTRA...` in a child process; `lines` is its log so far."""
+    """`nri-podlevel run --nri-socket SOCKET EXTRA...` in a child process; `lines` is its log so far, echoed
+    with `prefix` unless `echo` is off."""
 
-    def __init__(self, nri_socket: Path, extra: Sequence[str] = (), *, prefix: str = "  plugin | ") -> None:
+    def __init__(self, nri_socket: Path, extra: Sequence[str] = (), *, prefix: str = "  plugin | ",
+                 echo: bool = True) -> None:
         command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
         self.prefix = prefix
+        self.echo = echo
         self.lines: list[str] = []
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
@@ -45,7 +55,8 @@ class PluginProcess:
     def _echo(self, stream: IO[str]) -> None:
         for line in stream:
             self.lines.append(line.rstrip())
-            print(f"{self.prefix}{line.rstrip()}", flush=True)
+            if self.echo:
+                print(f"{self.prefix}{line.rstrip()}", flush=True)
 
     def wait_for_line(self, text: str, timeout: float, *, after: int = 0) -> str:
         """The first log line from index `after` on that contains `text`; raises PluginExited if the
