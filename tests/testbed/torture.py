@@ -20,8 +20,10 @@ import argparse
 import contextlib
 import os
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -472,8 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     base = args.base or Path(f"/tmp/nri-podlevel-torture-{args.flavour}")
     with Containerd(args.flavour, base) as ctrd:
-        tally = run(ctrd, seed=seed, rounds=args.rounds, run_dir=base / "torture")
-    return 1 if tally.violations else 0
+        run_dir = Path(tempfile.mkdtemp(prefix="torture-", dir=base))
+        tally = run(ctrd, seed=seed, rounds=args.rounds, run_dir=run_dir)
+    if tally.violations:
+        print(f"kept the state directory and the plugin's log in {run_dir}")
+        return 1
+    shutil.rmtree(run_dir)
+    return 0
 
 
 if __name__ == "__main__":
