@@ -3,8 +3,9 @@
 What is asserted is what the kernel applies, read from cgroupfs and /proc/PID/status, next to the plugin's
 own log: a pod-level exclusive container gets its slice with CFS quota off, an unmanaged container in the
 node shared pool is moved by an update riding on the CreateContainer answer when a bubble is carved, a pod
-breaking the empty-shared-pool rule fails CRI CreateContainer and reserves nothing, and a restarted plugin
-re-synchronizes the running containers and keeps their allocations.
+breaking the empty-shared-pool rule fails CRI CreateContainer and reserves nothing, the pod's own cgroup
+holds its bubble with CFS quota lifted, and a restarted plugin restores from its checkpoint: the running
+containers keep their allocations and the checkpoint verifies.
 
 Sized for the 2-CPU host: CPU 0 is reserved by default (and stays in the node shared pool), CPU 1 is the
 only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each started with a fresh uid.
@@ -25,6 +26,8 @@ from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
 from podlevel.podspec.runtime import linux_resources
+from podlevel.state.formats import CPUCheckpoint, decode
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
@@ -97,9 +100,10 @@ def wait_applied(cri: CRI, container_id: str, cpus: str) -> Applied:
 
 
 @pytest.fixture
-def plugin(containerd: Containerd) -> Iterator[PluginProcess]:
-    """`nri-podlevel run` with its defaults (CPU 0 reserved), registered with the shared containerd."""
-    process = PluginProcess(containerd.nri_socket)
+def plugin(containerd: Containerd, tmp_path: Path) -> Iterator[PluginProcess]:
+    """`nri-podlevel run` with its defaults (CPU 0 reserved, pod cgroups written), registered with the shared
+    containerd, its checkpoints in a fresh state directory."""
+    process = PluginProcess(containerd.nri_socket, state_dir=tmp_path / "state")
     try:
         process.wait_registered()
         yield process
@@ -128,6 +132,24 @@ def test_exclusive_slice_quota_off_and_node_shared_pool_moved(cri: CRI, plugin: 
     assert plugin.lines.index(updated) == plugin.lines.index(placed) + 1
 
 
+def test_pod_cgroup_holds_the_bubble_with_quota_lifted(containerd: Containerd, cri: CRI,
+                                                       plugin: PluginProcess) -> None:
+    """NRI cannot adjust the pod cgroup: the plugin writes the bubble there itself, and lifts the pod's CFS
+    quota because main-app holds CPUs of its own (the kubelet's `DisableCPUQuotaWithExclusiveCPUs`)."""
+    web = demo_pod("web")
+    start_pod(cri, web, with_shape=False)
+    fast_path = demo_pod("fast-path")
+    start_pod(cri, fast_path)
+
+    pod_cgroup = cgroupfs.read_cgroup(containerd.pod_cgroup_parent(fast_path.uid, "guaranteed"))
+    in_force = (pod_cgroup.cpus, pod_cgroup.effective_cpus, pod_cgroup.effective_mems)
+    assert in_force == (ASSIGNABLE, ASSIGNABLE, "0")
+    assert pod_cgroup.cpu_quota_us is None
+    plugin.wait_for_line(f"pod{fast_path.uid}: cpus={ASSIGNABLE} mems=0 quota=off", LOG_TIMEOUT_S)
+    # A pod without a bubble keeps the pod cgroup the kubelet made.
+    assert cgroupfs.read_cgroup(containerd.pod_cgroup_parent(web.uid, "burstable")).effective_cpus == ALL
+
+
 def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: PluginProcess) -> None:
     no_room = demo_pod("no-room")
     with pytest.raises(CRIError) as refused:
@@ -146,17 +168,26 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
 def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
                                                                plugin: PluginProcess) -> None:
     web = start_pod(cri, demo_pod("web"), with_shape=False)
-    fast = start_pod(cri, demo_pod("fast-path"))
+    fast_path = demo_pod("fast-path")
+    fast = start_pod(cri, fast_path)
     containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
     before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
               for name, cid in containers.items()}
 
     plugin.kill()
-    restarted = PluginProcess(containerd.nri_socket)
+    restarted = PluginProcess(containerd.nri_socket, state_dir=plugin.state_dir)
     try:
         restarted.wait_registered()
         synchronized = restarted.wait_for_line("synchronized 2 pods, 2 containers;", LOG_TIMEOUT_S)
         assert synchronized.endswith("; 0 updates"), synchronized
+        restarted.wait_for_line("restored 1 pods from the checkpoint, released 0", LOG_TIMEOUT_S)
+        for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
+            checkpoint = decode((plugin.state_dir / name).read_bytes())
+            assert checkpoint.valid, (name, checkpoint.checks)
+        cpu = decode((plugin.state_dir / CPU_STATE_FILE).read_bytes()).content
+        assert isinstance(cpu, CPUCheckpoint)
+        assert (str(cpu.default), {uid: str(c) for uid, c in cpu.pod_entries.items()}) == (
+            RESERVED, {fast_path.uid: ASSIGNABLE})
         assert {name: applied(cri, cid) for name, cid in containers.items()} == before
         # The restarted plugin holds fast-path's CPU again: a second bubble finds none left.
         with pytest.raises(CRIError) as refused:

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     with Containerd(args.flavour, args.base) as ctrd:
         print(f"   {ctrd.versions}; CRI {ctrd.cri_socket}, NRI {ctrd.nri_socket}")
         print("== nri-podlevel run")
-        plugin = PluginProcess(ctrd.nri_socket, args.plugin_args)
+        plugin = PluginProcess(ctrd.nri_socket, args.plugin_args, state_dir=ctrd.base / "plugin-state")
         try:
             plugin.wait_registered()
             with ctrd.cri() as cri:

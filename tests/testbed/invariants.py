@@ -95,9 +95,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Checks:
-    """Which kinds to evaluate; the others are reported as skipped by the caller."""
+    """Which optional kinds to evaluate; the caller reports the others as skipped."""
 
-    checkpoint: bool = True
     pod_cgroups: bool = True
 
 
@@ -232,8 +231,6 @@ def check_pod_cgroups(obs: Observation, state: CPUCheckpoint) -> list[Violation]
 
 def check(obs: Observation, checks: Checks = Checks()) -> list[Violation]:
     """Every violation in `obs` among the enabled checks."""
-    if not checks.checkpoint:
-        return []
     violations = [Violation(CHECKPOINT, f"the plugin moved {name} aside as corrupt")
                   for name in obs.corrupt_files]
     if obs.memory_file is not None:

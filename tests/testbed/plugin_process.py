@@ -34,12 +34,19 @@ class PluginExited(RuntimeError):
 
 
 class PluginProcess:
-    """`nri-podlevel run --nri-socket SOCKET EXTRA...` in a child process; `lines` is its log so far, echoed
-    with `prefix` unless `echo` is off."""
+    """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
+    so far, echoed with `prefix` unless `echo` is off. A plugin started again with the same `state_dir`
+    restores from the checkpoints there."""
 
-    def __init__(self, nri_socket: Path, extra: Sequence[str] = (), *, prefix: str = "  plugin | ",
-                 echo: bool = True) -> None:
-        command = [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket), *extra]
+    def __init__(
+        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
+        echo: bool = True,
+    ) -> None:
+        self.state_dir = state_dir
+        command = [
+            sys.executable, "-m", "podlevel.cli.main", "run",
+            "--nri-socket", str(nri_socket), "--state-dir", str(state_dir), *extra,
+        ]
         self.prefix = prefix
         self.echo = echo
         self.lines: list[str] = []

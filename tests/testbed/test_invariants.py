@@ -199,7 +199,3 @@ def test_a_pod_the_runtime_no_longer_has() -> None:
     found = check(observe(pods={WEB: PodState(WEB, "web")}, containers=running()[2:]))
     assert kinds(found) == [STALE]
     assert found[0].text == f"the checkpoint holds pod {FAST}, which the runtime no longer has"
-
-
-def test_nothing_is_checked_without_checkpoints() -> None:
-    assert check(observe(checkpoint(default="")), Checks(checkpoint=False)) == []

@@ -10,8 +10,9 @@ plugin (sometimes with an action run while it is down) and start it again with t
 the middle of an action (so also between its checkpoint write and its answer), or restart containerd. The
 seed fixes the sequence of actions and their targets; when a kill lands inside an action is up to timing.
 
-The checks need `nri-podlevel run --state-dir` (checkpoints) and, for the pod cgroups, `--cgroup-root`; what
-the plugin under test lacks is reported as skipped by capability. Exit status 1 on any violation.
+The plugin keeps its checkpoints in a fresh state directory per run; the pod cgroup check needs
+`nri-podlevel run --cgroup-root` and is reported as skipped by capability when the plugin under test lacks
+it. Exit status 1 on any violation.
 """
 
 from __future__ import annotations
@@ -42,7 +43,17 @@ from testbed import CHECKOUT
 from testbed.cgroupfs import CGROUP_MOUNT, read_cgroup
 from testbed.containerd import FLAVOURS, Containerd
 from testbed.cri import CRI, CRIError
-from testbed.invariants import DRIFT, KINDS, Checks, ContainerState, Observation, PodState, Violation, check
+from testbed.invariants import (
+    DRIFT,
+    KINDS,
+    POD_CGROUP,
+    Checks,
+    ContainerState,
+    Observation,
+    PodState,
+    Violation,
+    check,
+)
 from testbed.kubelet import cgroup_parent, start_container, start_pod
 from testbed.plugin_process import REGISTERED, PluginProcess, run_help
 from testbed.wait import DeadlineExceeded, wait_until
@@ -93,18 +104,17 @@ def fitting_shapes(pods: Iterable[Pod], assignable: CPUSet, memory_per_node: int
 
 @dataclass(frozen=True)
 class Capabilities:
-    state_dir: bool
+    """What the plugin under test can do, from `nri-podlevel run --help`."""
+
     cgroup_root: bool
 
     @classmethod
     def of(cls, help_text: str) -> Capabilities:
-        return cls("--state-dir" in help_text, "--cgroup-root" in help_text)
+        return cls("--cgroup-root" in help_text)
 
     def skipped(self) -> list[str]:
         """What the checks cannot cover, for the closing lines."""
-        if not self.state_dir:
-            return [f"({k}) {KINDS[k]}" for k in KINDS]
-        return [] if self.cgroup_root else ["(e) pod cgroup"]
+        return [] if self.cgroup_root else [f"({POD_CGROUP}) {KINDS[POD_CGROUP]}"]
 
 
 @dataclass
@@ -160,8 +170,6 @@ class Torture:
         self.created = 0
         self.round = 0
         self.flags = ["--reserved-cpus", str(reserved)]
-        if capabilities.state_dir:
-            self.flags += ["--state-dir", str(self.state_dir)]
         if capabilities.cgroup_root:
             # The sandboxes' cgroup parents are cgroup paths under the test bed's own top-level cgroup;
             # the plugin resolves them below the cgroup mount, as it does for a kubelet's.
@@ -171,7 +179,7 @@ class Torture:
     # -- the plugin ------------------------------------------------------------------------------------
 
     def _start_plugin(self) -> PluginProcess:
-        plugin = PluginProcess(self.ctrd.nri_socket, self.flags, echo=False)
+        plugin = PluginProcess(self.ctrd.nri_socket, self.flags, state_dir=self.state_dir, echo=False)
         try:
             plugin.wait_registered(RECONNECT_TIMEOUT_S)
         except BaseException:
@@ -349,7 +357,7 @@ class Torture:
     # -- checking --------------------------------------------------------------------------------------
 
     def checks(self) -> Checks:
-        return Checks(checkpoint=self.capabilities.state_dir, pod_cgroups=self.capabilities.cgroup_root)
+        return Checks(pod_cgroups=self.capabilities.cgroup_root)
 
     def observe(self) -> Observation:
         """Everything the invariants need, read now: CRI, cgroupfs and the state directory."""
@@ -426,9 +434,8 @@ def closing_lines(tally: Tally, capabilities: Capabilities, seed: int) -> list[s
              f"violations {len(tally.violations)}"]
     lines += [f"  seed {seed} round {r} after {after}: {v}" for r, after, v in tally.violations]
     skipped = capabilities.skipped()
-    lacking = "--cgroup-root" if capabilities.state_dir else "--state-dir"
     lines.append(f"checks {tally.checks}" + (f"; skipped by capability: {', '.join(skipped)} "
-                 f"(nri-podlevel run has no {lacking})" if skipped else "; every invariant checked"))
+                 "(nri-podlevel run has no --cgroup-root)" if skipped else "; every invariant checked"))
     return lines
 
 
@@ -448,7 +455,7 @@ def run(ctrd: Containerd, *, seed: int, rounds: int, run_dir: Path,
     with ctrd.cri() as cri:
         torture = Torture(ctrd, cri, random.Random(seed), run_dir=run_dir, shapes=shapes, reserved=reserved,
                           online=online, capabilities=capabilities)
-        out(f"nri-podlevel run {' '.join(torture.flags)}")
+        out(f"nri-podlevel run --state-dir {torture.state_dir} {' '.join(torture.flags)}")
         try:
             for _ in range(rounds):
                 done = torture.step()

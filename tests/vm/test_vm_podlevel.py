@@ -89,7 +89,7 @@ def in_force(cri: CRI, container_id: str) -> tuple[CPUSet, str, str]:
 @pytest.fixture
 def cri(guest: GuestShape) -> Iterator[CRI]:
     with Containerd("2", BASE) as ctrd:
-        plugin = PluginProcess(ctrd.nri_socket, prefix="  plugin (guest) | ")
+        plugin = PluginProcess(ctrd.nri_socket, state_dir=BASE / "plugin-state", prefix="  plugin (guest) | ")
         try:
             plugin.wait_registered()
             with ctrd.cri() as client:

@@ -18,8 +18,10 @@ Rules:
   managed pod that its shape does not list (ephemeral and debug containers are never in the partition).
 - Container restarts keep the pod's allocations (the kubelet releases only when the pod terminates).
 - Synchronize reconciles: pods already admitted keep their allocations, pods gone are released, new ones
-  are admitted. A plugin that starts with nothing (a restart; there are no checkpoints yet) admits each pod
-  on the CPUs the runtime shows its containers on when it still fits there, so its placement survives.
+  are admitted. A restarted plugin takes each running pod back where it was: onto the CPUs its checkpoint
+  recorded (`recorded`, the bubble included, each exclusive container on exactly its CPUs), or without a
+  checkpoint record onto the CPUs the runtime shows its containers on; when the pod no longer fits there
+  under the current settings, on those CPUs' NUMA nodes, then anywhere, and the move is reported.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 """
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
+from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment, Engine, NodeState
@@ -51,6 +54,8 @@ class Sandbox:
     annotations: Mapping[str, str]
     resources: RuntimeResources = field(default_factory=RuntimeResources)
     """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
+    cgroup_parent: str = ""
+    """The pod cgroup the kubelet made (`linux.cgroup_parent`); the pod's bubble is written there."""
 
 
 class Observed(NamedTuple):
@@ -77,6 +82,36 @@ class Settings:
     @property
     def mems_text(self) -> str:
         return ",".join(str(node) for node in self.mems)
+
+
+@dataclass(frozen=True, slots=True)
+class PodCgroupSettings:
+    """What an admitted pod's own cgroup should hold, which NRI cannot set."""
+
+    what: str
+    """`pod namespace/name`, for messages."""
+    pod_uid: str
+    cgroup_parent: str
+    cpus: CPUSet | None
+    """The bubble's CPUs; None: the pod has no bubble, its cpuset stays as the kubelet made it."""
+    mems: tuple[int, ...]
+    unlimited_quota: bool
+    """A container holds CPUs of its own: the kubelet lifts the pod's CFS quota then."""
+    cpu_period_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """What the last Synchronize did with the pods a restarted plugin found running."""
+
+    restored: int = 0
+    """Pods taken back exactly onto the CPUs their checkpoint recorded."""
+    readopted: int = 0
+    """Pods without a checkpoint record, taken back onto the CPUs the runtime showed them on."""
+    released: int = 0
+    """Pods the checkpoint held that the runtime no longer runs."""
+    moved: tuple[tuple[str, str], ...] = ()
+    """(sandbox id, why) for each pod that could not stay exactly where it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +190,12 @@ class Placement:
     of the node. `_pods` caches each admitted pod's decision accordingly.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, recorded: CPUState | None = None) -> None:
         self.engine = engine
         self.state: NodeState = engine.initial_state()
+        self._recorded = recorded
+        """The CPU checkpoint a restarted plugin found, used by the first Synchronize only."""
+        self.resync = Resync()
         self._containers: dict[str, _Tracked] = {}
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
@@ -166,6 +204,8 @@ class Placement:
         """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
         the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
+        self.pod_cgroups: dict[str, PodCgroupSettings] = {}
+        """sandbox id -> what its pod cgroup should hold (admitted pods with a bubble or exclusive CPUs)."""
         self._flushed_pool = engine.node_shared_pool(self.state)
 
     # -- events --------------------------------------------------------------------------------------------
@@ -205,15 +245,27 @@ class Placement:
         if container is not None and resources is not None:
             verify_shape(container, resources, f"{where} container {name}")
 
-    def _admit(self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None) -> None:
-        """Admit the sandbox's pod, its CPUs confined to `within` when given."""
-        self.state, decision = self.engine.admit(self.state, pod, within=within)
+    def _admit(
+        self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
+    ) -> None:
+        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
+        if recorded is not None:
+            self.state, decision = self.engine.restore(self.state, pod, recorded)
+        else:
+            self.state, decision = self.engine.admit(self.state, pod, within=within)
         self._pods[pod.uid] = {
             d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
             for d in decision.containers
         }
         self._sandbox_pods[sandbox.id] = pod.uid
         self._refused.pop(sandbox.id, None)
+        exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
+        if decision.bubble_cpus is not None or exclusive:
+            self.pod_cgroups[sandbox.id] = PodCgroupSettings(
+                f"{pod.namespace}/{pod.name}", pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
+                decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
+                self.engine.config.cpu_period_us,
+            )
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -224,6 +276,7 @@ class Placement:
         """Release a pod's allocations: its sandbox stopped or is gone."""
         uid = self._sandbox_pods.pop(sandbox_id, None)
         self._refused.pop(sandbox_id, None)
+        self.pod_cgroups.pop(sandbox_id, None)
         for container_id in [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]:
             self.remove_container(container_id)
         if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
@@ -253,6 +306,7 @@ class Placement:
             if seen.sandbox_id in by_id:
                 observed[seen.container_id] = seen
                 by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
+        recorded, self._recorded = self._recorded, None
         refused: dict[str, str] = {}
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         for sandbox_id, rows in by_sandbox.items():
@@ -266,7 +320,9 @@ class Placement:
             if pod is not None and pod.uid in self._pods:
                 self._sandbox_pods[sandbox_id] = pod.uid
             elif pod is not None:
-                waiting.append((by_id[sandbox_id], pod, self._held(pod, rows)))
+                held = _recorded_cpus(recorded, pod.uid) if recorded is not None else None
+                waiting.append((by_id[sandbox_id], pod, held or self._held(pod, rows)))
+        resync = _ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
         # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
         # not take the CPUs another pod, listed later, still runs on.
         errors: dict[str, str] = {}
@@ -277,15 +333,19 @@ class Placement:
                 if within is None and attempt < len(_CONFINEMENTS) - 1:
                     still.append((sandbox, pod, held))
                     continue
+                restoring = attempt == 0 and resync.has_record(pod.uid)
                 try:
-                    self._admit(sandbox, pod, within)
+                    self._admit(sandbox, pod, within, recorded if restoring else None)
                 except AdmissionError as err:
-                    errors[sandbox.id] = str(err)
+                    errors.setdefault(sandbox.id, str(err))
                     still.append((sandbox, pod, held))
+                    continue
+                resync.placed(sandbox.id, pod.uid, self.state.cpu, errors.get(sandbox.id), restoring)
             waiting = still
         for sandbox, pod, _ in waiting:
             refused[sandbox.id] = errors[sandbox.id]
             self._refused[sandbox.id] = pod
+        self.resync = resync.report()
         # Settings are computed once, after every pod is back: per container they would cost quadratic time.
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
@@ -368,6 +428,46 @@ class Placement:
 
 
 _CONFINEMENTS = ("its CPUs", "its NUMA nodes", "anywhere")
+
+
+def _recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:
+    """The CPUs a checkpoint recorded for a pod: its bubble, else its containers' exclusive CPUs."""
+    bubble = recorded.pod_entries.get(pod_uid)
+    if bubble is not None:
+        return bubble
+    slices = recorded.entries.get(pod_uid)
+    return CPUSet.union_of(slices.values()) if slices else None
+
+
+class _ResyncCount:
+    """Tallies one Synchronize's re-admissions into a `Resync`."""
+
+    def __init__(self, recorded: CPUState | None, running: set[str]) -> None:
+        self._recorded = recorded
+        held = set(recorded.pod_entries) | set(recorded.entries) if recorded is not None else set()
+        self._released = len(held - running)
+        self._restored = self._readopted = 0
+        self._moved: list[tuple[str, str]] = []
+
+    def has_record(self, pod_uid: str) -> bool:
+        return self._recorded is not None and _recorded_cpus(self._recorded, pod_uid) is not None
+
+    def placed(
+        self, sandbox_id: str, pod_uid: str, now: CPUState, failed: str | None, restoring: bool
+    ) -> None:
+        """Count a pod just admitted; `failed` is why an earlier, narrower attempt refused it."""
+        recorded = self._recorded.entries.get(pod_uid, {}) if self._recorded is not None else {}
+        if failed is not None:
+            self._moved.append((sandbox_id, failed))
+        elif not restoring:
+            self._readopted += 1
+        elif now.entries.get(pod_uid, {}) != recorded:
+            self._moved.append((sandbox_id, "its exclusive CPUs were re-placed inside its recorded CPUs"))
+        else:
+            self._restored += 1
+
+    def report(self) -> Resync:
+        return Resync(self._restored, self._readopted, self._released, tuple(self._moved))
 
 
 def _differs(seen: Observed, settings: Settings) -> bool:

@@ -3,6 +3,13 @@
 Every CreateContainer waits on this code, so it does the engine work once and answers; updates for other
 containers ride on the answers of the events that can carry them (CreateContainer, UpdateContainer,
 StopContainer, Synchronize), never through a separate UpdateContainers call from inside a handler.
+
+What is decided is on disk before it is applied: an event that changed the node's allocations writes the
+checkpoint (one atomic write for the event) before its answer leaves, so a plugin killed at any moment
+restarts from a state at least as new as what the runtime enforces. A failed write is logged and retried at
+the next event; the container is placed all the same (the kubelet would refuse the pod, but a plugin that
+fails containers because its disk is full turns a degraded node into a broken one). Pod cgroups follow
+after the checkpoint (`agent.pod_cgroups`).
 """
 
 from __future__ import annotations
@@ -11,11 +18,14 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
+from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
 from podlevel.podspec.runtime import RuntimeResources
+from podlevel.state.engine_state import checkpoints_of
+from podlevel.state.store import StateDir
 
 log = logging.getLogger("podlevel.agent")
 
@@ -32,7 +42,7 @@ def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
 def sandbox_of(pod: api.PodSandbox) -> Sandbox:
     return Sandbox(
         pod.id, pod.uid, pod.name, pod.namespace, dict(pod.annotations),
-        runtime_resources(pod.linux.pod_resources),
+        runtime_resources(pod.linux.pod_resources), pod.linux.cgroup_parent,
     )
 
 
@@ -105,8 +115,32 @@ def _quota_text(quota: int | None) -> str:
 class PodLevelPlugin(Handler):
     """Places containers with the engine; see `agent.placement` for the rules."""
 
-    def __init__(self, placement: Placement) -> None:
+    def __init__(
+        self, placement: Placement, *, state: StateDir | None = None, pod_cgroups: PodCgroups | None = None
+    ) -> None:
         self.placement = placement
+        self.state = state
+        self.pod_cgroups = pod_cgroups
+        self._saved = placement.state
+        """The engine state the checkpoint holds (the placement's state objects are immutable)."""
+        self._save_error: str | None = None
+
+    def _commit(self, *, force: bool = False) -> None:
+        """Checkpoint the allocations if they changed, then bring the pod cgroups in line."""
+        current = self.placement.state
+        if self.state is not None and (force or current is not self._saved):
+            try:
+                self.state.write(*checkpoints_of(self.placement.engine, current))
+            except OSError as err:
+                if str(err) != self._save_error:
+                    log.error("checkpoint not written to %s, will retry at the next event: %s",
+                              self.state.path, err)
+                self._save_error = str(err)
+            else:
+                self._saved = current
+                self._save_error = None
+        if self.pod_cgroups is not None:
+            self.pod_cgroups.sync(self.placement.pod_cgroups)
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
         log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
@@ -118,9 +152,16 @@ class PodLevelPlugin(Handler):
         live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
         current = [observed_of(c) for c in containers if c.state in live]
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
+        resync = self.placement.resync
+        for sandbox_id, reason in resync.moved:
+            log.warning("pod sandbox %s moved after resync: %s", sandbox_id, reason)
         for sandbox_id, reason in refused:
             log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason)
+        if resync.restored or resync.released:
+            log.info("restored %d pods from the checkpoint, released %d it held that are gone",
+                     resync.restored, resync.released)
         log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed))
+        self._commit(force=True)
         return updates_of(changed)
 
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
@@ -134,6 +175,7 @@ class PodLevelPlugin(Handler):
         except InputError as err:
             log.warning("bad pod shape for %s/%s: %s", pod.namespace, pod.name, err)
             raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        self._commit()
         adjust = api.ContainerAdjustment()
         adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
         log.info(
@@ -154,6 +196,7 @@ class PodLevelPlugin(Handler):
         # The container's own new settings, if the pool moved, go into its update below, not a second one.
         changed.pop(container.id, None)
         updates = updates_of(changed)
+        self._commit()
         settings = self.placement.applied.get(container.id)
         if settings is not None:
             own = api.ContainerUpdate(container_id=container.id)
@@ -163,14 +206,18 @@ class PodLevelPlugin(Handler):
         return UpdateResult(updates=updates)
 
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:
-        return updates_of(self.placement.pending_updates())
+        changed = self.placement.pending_updates()
+        self._commit()
+        return updates_of(changed)
 
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         self.placement.remove_container(container.id)
 
     def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self.placement.remove_sandbox(pod.id)
+        self._commit()
         log.info("released %s/%s", pod.namespace, pod.name)
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self.placement.remove_sandbox(pod.id)
+        self._commit()

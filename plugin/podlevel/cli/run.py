@@ -23,10 +23,15 @@ import yaml
 
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
+from podlevel.state.engine_state import recorded_cpus
+from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
@@ -40,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plugin-name", default=DEFAULT_NAME, help="NRI plugin name (%(default)s)")
     parser.add_argument("--plugin-index", default=DEFAULT_INDEX, help="NRI plugin index (%(default)s)")
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs to read the machine topology from")
+    parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),
+                        help="where the checkpoints live, created 0700 (%(default)s)")
+    parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
+                        help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_engine_arguments(parser)
 
@@ -142,6 +151,21 @@ def _read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
     return values
 
 
+def _recorded(state: StateDir, engine: Engine) -> CPUState | None:
+    """The CPU checkpoint a restarted plugin takes its pods back from; None without a usable one (the store
+    has logged why and moved a corrupt file aside; pods are then taken back from what the runtime shows)."""
+    loaded = state.load().cpu
+    log = logging.getLogger("podlevel.agent")
+    if loaded.content is None:
+        log.info("no CPU checkpoint to restore from in %s: %s", state.path, loaded.reason)
+        return None
+    if loaded.content.policy_name != engine.config.cpu_policy:
+        log.warning("the checkpoint was written under CPU policy %r, now %r: each pod keeps its CPUs only "
+                    "where they are valid under the new settings", loaded.content.policy_name,
+                    engine.config.cpu_policy)
+    return recorded_cpus(loaded.content)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         args = resolve(args.argv, os.environ)
@@ -155,12 +179,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         topology = read_topology(args.sysfs_root)
         engine = Engine(topology, engine_config(args, topology))
-        handler = PodLevelPlugin(Placement(engine))
+        state = StateDir(Path(args.state_dir))
+        handler = PodLevelPlugin(
+            Placement(engine, recorded=_recorded(state, engine)),
+            state=state,
+            pod_cgroups=PodCgroups(Path(args.cgroup_root)) if args.cgroup_root else None,
+        )
         if "NRI_PLUGIN_SOCKET" in os.environ:
             stub = Stub.from_environment(handler)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
-    except (InputError, InvalidIdentity, OSError, ValueError) as err:
+    except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
         return 2

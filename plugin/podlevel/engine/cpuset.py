@@ -32,6 +32,13 @@ class CPUSet:
         return cpuset
 
     @classmethod
+    def union_of(cls, sets: Iterable[CPUSet]) -> CPUSet:
+        mask = 0
+        for cpuset in sets:
+            mask |= cpuset._mask
+        return cls.from_mask(mask)
+
+    @classmethod
     def parse(cls, text: str) -> CPUSet:
         """Parse the Linux list format; "" is the empty set. Raises InputError naming the bad element."""
         mask = 0

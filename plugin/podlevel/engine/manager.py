@@ -188,6 +188,24 @@ class Engine:
         new = NodeState(cpu=cpu, memory=memory, pods=_with(state.pods, pod.uid, pod), removed=state.removed)
         return new, self.decision(new, pod.uid)
 
+    def restore(self, state: NodeState, pod: Pod, recorded: CPUState) -> tuple[NodeState, PodDecision]:
+        """Take a pod back onto the CPUs a checkpoint recorded for it: its bubble, CPUs no container runs on
+        included, and each container's exclusive CPUs exactly.
+
+        The pod is admitted by today's rules confined to the recorded CPUs, so a record that no longer fits
+        the settings (a CPU now reserved or gone, another policy) is refused with the rule it breaks, and the
+        caller re-places the pod. When the rules give the same shape (the same bubble, slices of the same
+        sizes for the same containers), the recorded slices are kept as they were; otherwise the rules' own
+        choice inside the recorded CPUs stands.
+        """
+        bubble = recorded.pod_entries.get(pod.uid)
+        slices = recorded.entries.get(pod.uid, {})
+        held = bubble if bubble is not None else CPUSet.union_of(slices.values())
+        new, _ = self.admit(state, pod, within=held)
+        if pod.uid not in state.pods:
+            new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod.uid, bubble, slices))
+        return new, self.decision(new, pod.uid)
+
     def _admit_pod_level(self, state: NodeState, pod: Pod) -> tuple[CPUState, MemoryState]:
         """KEP-5526 §4.3/§4.4: one merge over the pod budget, then each provider's AllocatePod."""
         hint = _NO_PREFERENCE
@@ -369,6 +387,31 @@ class Engine:
         beside = sum(exclusive.get(c.name, 0) for c in last.containers)
         leftover_millis = limit - 1000 * beside
         return milli_cpu_to_quota(max(1, leftover_millis), self.config.cpu_period_us)
+
+
+def _with_recorded_slices(
+    before: CPUState, admitted: CPUState, pod_uid: str, bubble: CPUSet | None, slices: Mapping[str, CPUSet]
+) -> CPUState:
+    """`admitted` with the pod's exclusive CPUs swapped for the recorded ones, when that changes nothing else:
+    the same bubble, the same containers with the same number of CPUs, pairwise disjoint, and (without a
+    bubble) taken from what was free before."""
+    chosen = admitted.entries.get(pod_uid, {})
+    if admitted.pod_entries.get(pod_uid) != bubble or chosen.keys() != slices.keys():
+        return admitted
+    if any(len(slices[name]) != len(cpus) for name, cpus in chosen.items()):
+        return admitted
+    recorded = CPUSet.union_of(slices.values())
+    if len(recorded) != sum(len(cpus) for cpus in slices.values()):
+        return admitted
+    default = admitted.default
+    if bubble is None:
+        taken = CPUSet.union_of(chosen.values())
+        if not recorded.is_subset(before.default):
+            return admitted
+        default = (default | taken) - recorded
+    elif not recorded.is_subset(bubble):
+        return admitted
+    return replace(admitted, default=default, entries=_with(admitted.entries, pod_uid, dict(slices)))
 
 
 def _has_impossible(hints: ProviderHints) -> bool:

@@ -13,6 +13,7 @@ import pytest
 from podlevel.agent.placement import (
     Observed,
     Placement,
+    Resync,
     Sandbox,
     Settings,
     claimed_container,
@@ -629,3 +630,79 @@ def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
     blind_rows = [row._replace(cpus=None, cpu_quota_us=None) for row in reversed(rows)]
     blind.synchronize(list(reversed(sandboxes)), blind_rows)
     assert blind.state.cpu != live.state.cpu
+
+
+# -- a restarted plugin with a checkpoint -------------------------------------------------------------------
+
+
+def running_pods() -> tuple[Placement, list[Sandbox], list[Observed]]:
+    """Three pods admitted in this order, and the runtime's rows without any cpuset: only a checkpoint
+    says where they ran."""
+    live = Placement(new_engine())
+    pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
+    for p in pods:
+        start(live, p)
+    live.pending_updates()
+    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied]
+    return live, [sandbox_of(p) for p in pods], rows
+
+
+def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> None:
+    """Listed in reverse and with no cpusets from the runtime, every pod comes back to its recorded CPUs,
+    bubble CPUs no container runs on included."""
+    live, sandboxes, rows = running_pods()
+    restarted = Placement(new_engine(), recorded=live.state.cpu)
+
+    updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
+
+    assert refused == []
+    assert updates == live.applied, "the runtime showed no cpusets, so every container is told its own"
+    assert restarted.state.cpu == live.state.cpu
+    assert restarted.applied == live.applied
+    assert restarted.resync == Resync(restored=3)
+    # The checkpoint is for the first Synchronize only: a reconnect keeps the live state.
+    assert restarted.synchronize(sandboxes, rows)[1] == [] and restarted.resync == Resync()
+
+
+def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> None:
+    """The checkpoint has the app's slice and the pod shared pool the other way round inside the bubble (as
+    an earlier release of the rules might have placed them): they stay as recorded."""
+    live, sandboxes, rows = running_pods()
+    now = live.state.cpu.entries["uid-second"]
+    swapped = {"app": now["log"], "log": now["app"]}
+    recorded = replace(live.state.cpu, entries={**live.state.cpu.entries, "uid-second": swapped})
+
+    restarted = Placement(new_engine(), recorded=recorded)
+    restarted.synchronize(sandboxes, rows)
+
+    assert restarted.state.cpu.entries["uid-second"] == swapped != now
+    assert restarted.state.cpu.pod_entries == live.state.cpu.pod_entries
+    assert restarted.resync.restored == 3
+
+
+def test_restart_releases_what_the_checkpoint_holds_for_pods_that_are_gone() -> None:
+    live, sandboxes, rows = running_pods()
+    restarted = Placement(new_engine(), recorded=live.state.cpu)
+
+    restarted.synchronize(sandboxes[1:], [r for r in rows if r.sandbox_id != "sb-first"])
+
+    assert restarted.resync == Resync(restored=2, released=1)
+    first = live.state.cpu.pod_entries["uid-first"]
+    assert first.is_subset(restarted.state.cpu.default)
+
+
+def test_restart_under_new_settings_moves_only_what_no_longer_fits_and_says_why() -> None:
+    """CPUs 2 and 10 became reserved: the pod whose bubble holds them is re-placed, the others stay exactly
+    where they were, and the move is reported with the rule that refused the old place."""
+    live, sandboxes, rows = running_pods()
+    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=live.state.cpu)
+
+    _, refused = restarted.synchronize(sandboxes, rows)
+
+    assert refused == []
+    [(sandbox_id, reason)] = restarted.resync.moved
+    assert sandbox_id == "sb-second" and "TopologyAffinityError" in reason
+    assert not restarted.state.cpu.pod_entries["uid-second"] & CPUSet([2, 10])
+    assert restarted.state.cpu.pod_entries["uid-first"] == live.state.cpu.pod_entries["uid-first"]
+    assert restarted.state.cpu.entries["uid-third"] == live.state.cpu.entries["uid-third"]
+    assert restarted.resync.restored == 2

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, updates_of
+from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.state.formats import CPUCheckpoint
+from podlevel.state.store import StateDir
 from support.builders import MI, fast_path, new_engine
 
 
@@ -135,3 +142,98 @@ def test_synchronize_survives_an_unreadable_cpuset(
 
     assert [u.container_id for u in updates] == ["web-server"], "treated as unknown, so it is set again"
     assert "ignoring the runtime's cpuset" in caplog.text and "'0-x'" in caplog.text
+
+
+# -- what is decided is on disk before it is applied ---------------------------------------------------------
+
+
+def test_an_admission_is_checkpointed_before_the_answer(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    plugin = PodLevelPlugin(Placement(new_engine()), state=state)
+    fast = sandbox(fast_path())
+
+    plugin.create_container(fast, container(fast, "app"))
+
+    loaded = state.load()
+    assert loaded.cpu.content is not None and loaded.memory.content is not None
+    assert loaded.cpu.content.pod_entries == plugin.placement.state.cpu.pod_entries
+    assert loaded.cpu.content.entries == plugin.placement.state.cpu.entries
+    assert loaded.memory.content.pod_entries == plugin.placement.state.memory.pod_entries
+    plugin.stop_pod_sandbox(fast)
+    assert state.load().cpu.content == CPUCheckpoint("static", CPUSet.parse("0-15"))
+
+
+def test_a_failed_checkpoint_write_places_the_container_and_is_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    full = True
+
+    def writer(fd: int, data: bytes) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.write(fd, data)
+
+    state = StateDir(tmp_path / "state", writer=writer)
+    plugin = PodLevelPlugin(Placement(new_engine()), state=state)
+    fast, web = sandbox(fast_path()), sandbox(None)
+
+    result = plugin.create_container(fast, container(fast, "app"))
+    plugin.create_container(web, container(web, "server"))
+
+    assert result.adjust is not None
+    assert state.load().cpu.content is None
+    failures = [r for r in caplog.records if "checkpoint not written" in r.getMessage()]
+    assert len(failures) == 1 and "No space left on device" in failures[0].getMessage()
+    full = False
+    plugin.stop_container(web, container(web, "server"))
+    saved = state.load().cpu.content
+    assert saved is not None and saved.pod_entries == plugin.placement.state.cpu.pod_entries
+
+
+def v2_root(tmp_path: Path, pod: Pod) -> Path:
+    """A cgroup v2 tree shaped like the kubelet's, with the pod cgroup of `pod` (Guaranteed tier)."""
+    root = tmp_path / "cgroup"
+    pod_dir = root / "kubepods" / f"pod{pod.uid}"
+    pod_dir.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
+    for name in ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective"):
+        (pod_dir / name).write_text("\n")
+    (pod_dir / "cpu.max").write_text("200000 100000\n")
+    return root
+
+
+def test_the_pod_cgroup_gets_the_bubble_and_a_failed_write_is_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pod = fast_path()
+    root = v2_root(tmp_path, pod)
+    pod_dir = root / "kubepods" / f"pod{pod.uid}"
+    cgroups = PodCgroups(root)
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=cgroups)
+    fast = sandbox(pod)
+    fast.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+    (pod_dir / "cpu.max").unlink()
+
+    plugin.create_container(fast, container(fast, "app"))
+
+    bubble = plugin.placement.state.cpu.pod_entries[pod.uid]
+    assert (pod_dir / "cpuset.cpus").read_text().strip() == str(bubble)
+    assert fast.id in cgroups.failed and "cpu.max" in cgroups.failed[fast.id]
+    (pod_dir / "cpu.max").write_text("200000 100000\n")
+    plugin.stop_container(fast, container(fast, "app"))
+    assert cgroups.failed == {}
+    assert (pod_dir / "cpu.max").read_text().split()[0] == "max"
+    assert len([r for r in caplog.records if "pod cgroup not written" in r.getMessage()]) == 1
+
+
+def test_a_cgroup_parent_outside_the_root_is_refused_for_good(tmp_path: Path) -> None:
+    pod = fast_path()
+    cgroups = PodCgroups(v2_root(tmp_path, pod))
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=cgroups)
+    fast = sandbox(pod)
+    fast.linux.cgroup_parent = f"/kubepods/../../etc/pod{pod.uid}"
+
+    plugin.create_container(fast, container(fast, "app"))
+
+    assert "'..'" in cgroups.failed[fast.id]
+    assert not (tmp_path / "etc").exists()

@@ -1,0 +1,83 @@
+"""The pod cgroups of admitted pods: each bubble written where NRI cannot reach, retried until it holds.
+
+NRI adjusts containers only; the pod cgroup the kubelet made stays as wide as the node unless the plugin
+writes it. For each managed pod `Placement.pod_cgroups` says what its cgroup should hold (the bubble's CPUs
+and memory nodes; CFS quota lifted when a container holds CPUs of its own, as the kubelet does with
+`DisableCPUQuotaWithExclusiveCPUs`). A failed write never fails the container (its own cpuset is already
+enforced by the runtime): it is logged once per path and error, kept in `failed` for operators, and tried
+again at the next event. A cgroup parent the runtime gave that would leave the cgroup root is refused for
+good, with the rule it broke.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from podlevel.agent.placement import PodCgroupSettings
+from podlevel.cgroups import (
+    CgroupError,
+    CgroupIOError,
+    Cpuset,
+    locate_pod_cgroup,
+    write_bubble,
+    write_cpu_max,
+)
+from podlevel.engine.cpuset import CPUSet
+
+log = logging.getLogger("podlevel.agent")
+
+
+class PodCgroups:
+    """Brings pod cgroups in line with what placement wants; remembers what it wrote and what failed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._written: dict[str, PodCgroupSettings] = {}
+        self.failed: dict[str, str] = {}
+        """sandbox id -> why its pod cgroup does not hold what it should (retried at every event)."""
+        self._refused: dict[str, PodCgroupSettings] = {}
+        """sandbox id -> settings refused for good (an unsafe path): not tried again until they change."""
+
+    def sync(self, wanted: Mapping[str, PodCgroupSettings]) -> None:
+        """Write every pod cgroup whose wanted settings were not written yet; forget pods that are gone."""
+        for sandbox_id in [sid for sid in self._written if sid not in wanted]:
+            del self._written[sandbox_id]
+        for sandbox_id in [sid for sid in self.failed if sid not in wanted]:
+            del self.failed[sandbox_id]
+            self._refused.pop(sandbox_id, None)
+        for sandbox_id, settings in wanted.items():
+            if self._written.get(sandbox_id) != settings and self._refused.get(sandbox_id) != settings:
+                self._apply(sandbox_id, settings)
+
+    def _apply(self, sandbox_id: str, settings: PodCgroupSettings) -> None:
+        try:
+            pod = locate_pod_cgroup(
+                pod_uid=settings.pod_uid, cgroup_parent=settings.cgroup_parent, cgroup_root=self.root
+            )
+            if settings.cpus is not None:
+                effective = write_bubble(pod, Cpuset(settings.cpus, CPUSet(settings.mems)))
+                if effective.cpus != settings.cpus:
+                    log.warning("pod cgroup %s: bubble cpus %s in force as %s (its parent is narrower)",
+                                pod.path, settings.cpus, effective.cpus)
+            if settings.unlimited_quota:
+                write_cpu_max(pod, None, settings.cpu_period_us)
+        except CgroupIOError as err:
+            self._fail(sandbox_id, f"{settings.what}: {err}")
+            return
+        except (CgroupError, ValueError) as err:
+            self._fail(sandbox_id, f"{settings.what}: {err}")
+            self._refused[sandbox_id] = settings
+            return
+        self._written[sandbox_id] = settings
+        if self.failed.pop(sandbox_id, None) is not None:
+            log.info("pod cgroup of %s written after an earlier failure", settings.what)
+        log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, settings.cpus or "untouched",
+                 ",".join(map(str, settings.mems)) if settings.cpus is not None else "untouched",
+                 "off" if settings.unlimited_quota else "untouched")
+
+    def _fail(self, sandbox_id: str, reason: str) -> None:
+        if self.failed.get(sandbox_id) != reason:
+            log.error("pod cgroup not written, will retry at the next event: %s", reason)
+        self.failed[sandbox_id] = reason
