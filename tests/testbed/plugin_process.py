@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -49,6 +49,8 @@ class PluginProcess:
         ]
         self.prefix = prefix
         self.echo = echo
+        self.on_line: Callable[[str], None] | None = None
+        """Called with each log line as soon as it is read, on the reader thread (a crash timed to a line)."""
         self.lines: list[str] = []
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
@@ -62,6 +64,8 @@ class PluginProcess:
     def _echo(self, stream: IO[str]) -> None:
         for line in stream:
             self.lines.append(line.rstrip())
+            if self.on_line is not None:
+                self.on_line(line)
             if self.echo:
                 print(f"{self.prefix}{line.rstrip()}", flush=True)
 

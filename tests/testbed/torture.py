@@ -75,6 +75,9 @@ SETTLE_S: Final = 10.0
 RECONNECT_TIMEOUT_S: Final = 40.0
 EXIT_TIMEOUT_S: Final = 10.0
 RUNNING: Final = "CONTAINER_RUNNING"
+DECISIONS: Final = ("podlevel.agent: placed ", "podlevel.agent: released ")
+"""The plugin's log lines for a container placed and a pod released: written after the checkpoint, before
+the answer."""
 ACTIONS: Final = {"create": 30, "crash-restart": 25, "stop-pod": 8, "remove-pod": 14, "kill-plugin": 10,
                   "kill-during": 8, "restart-containerd": 5}
 
@@ -331,18 +334,26 @@ class Torture:
         return what
 
     def kill_during(self) -> str:
+        """Kill the plugin inside an action: after a random delay, or as soon as it logs a decision, which
+        it does after writing the checkpoint and before its answer leaves."""
         action = self.rng.choice(["create", "crash-restart", "stop-pod"])
         plugin = self.plugin
+        on_decision = self.rng.random() < 0.5
         timer = threading.Timer(self.rng.uniform(0, KILL_WITHIN_S), plugin.kill)
-        timer.start()
+        if on_decision:
+            # Only the signal: the reader thread that calls this cannot wait for itself.
+            plugin.on_line = lambda line: plugin.process.kill() if any(d in line for d in DECISIONS) else None
+        else:
+            timer.start()
         try:
             done = self.churn(action)
         finally:
-            timer.join()
+            if timer.is_alive():
+                timer.join()
         self.tally.kills += 1
         self._retire(plugin, kill=True)
         self.plugin = self._start_plugin()
-        what = f"kill-plugin during {done}"
+        what = f"kill-plugin {'at its decision' if on_decision else 'during'} {done}"
         self.verify(what)
         return what
 
