@@ -13,6 +13,7 @@ only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each 
 
 from __future__ import annotations
 
+import http.client
 import os
 import uuid
 from collections.abc import Iterator
@@ -165,14 +166,21 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
 
 
-def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
-                                                               plugin: PluginProcess) -> None:
+def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]]:
+    """`web` in the node shared pool and `fast-path`'s bubble, both settled: the fast-path pod, the two
+    containers by name and what each holds."""
     web = start_pod(cri, demo_pod("web"), with_shape=False)
     fast_path = demo_pod("fast-path")
     fast = start_pod(cri, fast_path)
     containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
     before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
               for name, cid in containers.items()}
+    return fast_path, containers, before
+
+
+def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
+                                                               plugin: PluginProcess) -> None:
+    fast_path, containers, before = web_and_fast_path(cri)
 
     plugin.kill()
     restarted = PluginProcess(containerd.nri_socket, state_dir=plugin.state_dir)
@@ -218,3 +226,48 @@ def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugi
 
     honest = start_pod(cri, demo_pod("fast-path"))
     assert applied(cri, honest.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+
+
+def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: CRI,
+                                                   plugin: PluginProcess) -> None:
+    """containerd goes away and comes back with the same containers: the plugin reconnects, the Synchronize
+    moves nothing, and the checkpoint still holds the bubble."""
+    fast_path, containers, before = web_and_fast_path(cri)
+    marker = len(plugin.lines)
+
+    containerd.restart()
+
+    synchronized = plugin.wait_for_line("synchronized 2 pods, 2 containers;", LOG_TIMEOUT_S, after=marker)
+    assert synchronized.endswith("; 0 updates"), synchronized
+    with containerd.cri() as again:
+        assert {name: applied(again, cid) for name, cid in containers.items()} == before
+    pod_cgroup = cgroupfs.read_cgroup(containerd.pod_cgroup_parent(fast_path.uid, "guaranteed"))
+    assert pod_cgroup.effective_cpus == ASSIGNABLE
+    cpu = decode((plugin.state_dir / CPU_STATE_FILE).read_bytes())
+    assert cpu.valid and isinstance(cpu.content, CPUCheckpoint)
+    assert {uid: str(c) for uid, c in cpu.content.pod_entries.items()} == {fast_path.uid: ASSIGNABLE}
+
+
+def probe(plugin: PluginProcess, path: str) -> int:
+    """The HTTP status of GET `path` on the plugin's endpoint, -1 if nothing answers."""
+    host, port = plugin.metrics_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return -1
+    finally:
+        connection.close()
+
+
+def test_probes_say_alive_and_ready_only_while_synchronized(plugin: PluginProcess, tmp_path: Path) -> None:
+    """/healthz answers while the process serves; /readyz only while registered and synchronized: a plugin
+    whose runtime socket is missing keeps redialling, alive but not ready."""
+    assert (probe(plugin, "/healthz"), probe(plugin, "/readyz")) == (200, 200)
+    lonely = PluginProcess(tmp_path / "no-runtime.sock", state_dir=tmp_path / "lonely", prefix="  lonely | ")
+    try:
+        wait_until(lambda: probe(lonely, "/healthz") == 200, LOG_TIMEOUT_S, "/healthz of the lonely plugin")
+        assert probe(lonely, "/readyz") == 503
+    finally:
+        lonely.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -18,16 +17,12 @@ from podlevel.engine.manager import Assignment, Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.engine.topology_manager import Scope, TopologyPolicyName
+from support.builders import MI, RESERVED_MEMORY, burstable, guaranteed, pod
 
-MI = 2**20
 PROPERTY_SETTINGS = settings(
     deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
-
-
-def resources(requests: Mapping[str, int], limits: Mapping[str, int]) -> Resources:
-    return Resources(requests=MappingProxyType(dict(requests)), limits=MappingProxyType(dict(limits)))
 
 
 @st.composite
@@ -36,11 +31,11 @@ def container_resources(draw: st.DrawFn) -> Resources:
     memory = draw(st.integers(1, 8)) * 128 * MI
     if shape == "guaranteed":
         cpu = draw(st.integers(1, 3)) * 1000
-        return resources({"cpu": cpu, "memory": memory}, {"cpu": cpu, "memory": memory})
+        return guaranteed(cpu, memory)
     if shape == "fractional":
-        return resources({"cpu": 500, "memory": memory}, {"cpu": 500, "memory": memory})
+        return guaranteed(500, memory)
     if shape == "burstable":
-        return resources({"cpu": 250}, {})
+        return burstable(250)
     return Resources()
 
 
@@ -58,14 +53,13 @@ def pods(draw: st.DrawFn, index: int) -> Pod:
     apps = tuple(
         Container(f"app-{i}", resources=draw(container_resources())) for i in range(draw(st.integers(1, 3)))
     )
-    pod = Pod(uid=f"uid-{index}", name=f"pod-{index}", init_containers=init, containers=apps)
+    shape = pod(f"pod-{index}", *init, *apps, uid=f"uid-{index}")
     if not draw(st.booleans()):
-        return pod
-    cpu = pod.aggregate_request("cpu") + draw(st.sampled_from([0, 0, 1, 2])) * 1000
+        return shape
+    cpu = shape.aggregate_request("cpu") + draw(st.sampled_from([0, 0, 1, 2])) * 1000
     cpu = max(1000, -(-cpu // 1000) * 1000) if draw(st.booleans()) else max(cpu, 500)
-    memory = pod.aggregate_request("memory") + draw(st.integers(1, 4)) * 128 * MI
-    budget = {"cpu": cpu, "memory": memory}
-    return dataclasses.replace(pod, resources=resources(budget, budget))
+    memory = shape.aggregate_request("memory") + draw(st.integers(1, 4)) * 128 * MI
+    return dataclasses.replace(shape, resources=guaranteed(cpu, memory))
 
 
 @st.composite
@@ -88,7 +82,7 @@ def engines(draw: st.DrawFn) -> Engine:
         topology_policy=policy,
         cpu_options=CPUManagerOptions.parse(options, topology, policy.value),
         reserved_cpus=reserved,
-        reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
+        reserved_memory=RESERVED_MEMORY,
     )
     return Engine(topology, config)
 
@@ -167,26 +161,26 @@ def test_engine_invariants_over_random_sequences(engine: Engine, data: st.DataOb
     start = engine.initial_state()
     state = start
     for op, index, container_index in data.draw(operations, label="operations"):
-        pod = pool[index]
+        target = pool[index]
         if op == "admit":
             before = frozen(state)
-            already = pod.uid in state.pods
+            already = target.uid in state.pods
             try:
-                new_state, decision = engine.admit(state, pod)
+                new_state, decision = engine.admit(state, target)
             except AdmissionError as err:
                 assert frozen(state) == before and not already
                 event(f"refused: {err.type}")
                 continue
             event("admitted again" if already else "admitted")
-            assert decision == engine.decision(new_state, pod.uid)
+            assert decision == engine.decision(new_state, target.uid)
             if already:
                 assert new_state is state
             state = new_state
         elif op == "remove_container":
-            names = [c.name for c in pod.all_containers]
-            state = engine.remove_container(state, pod.uid, names[container_index % len(names)])
+            names = [c.name for c in target.all_containers]
+            state = engine.remove_container(state, target.uid, names[container_index % len(names)])
         else:
-            state = engine.remove_pod(state, pod.uid)
+            state = engine.remove_pod(state, target.uid)
         check_invariants(engine, state)
     for uid in list(state.pods):
         state = engine.remove_pod(state, uid)
@@ -200,13 +194,13 @@ def test_engine_invariants_over_random_sequences(engine: Engine, data: st.DataOb
 def test_a_refused_pod_leaves_the_state_equal(engine: Engine, data: st.DataObject) -> None:
     state = engine.initial_state()
     for i in range(4):
-        pod = data.draw(pods(i), label=f"pod {i}")
+        target = data.draw(pods(i), label=f"pod {i}")
         before = frozen(state)
         try:
-            state, _ = engine.admit(state, pod)
+            state, _ = engine.admit(state, target)
         except AdmissionError:
             assert frozen(state) == before
-            assert pod.uid not in state.pods
+            assert target.uid not in state.pods
 
 
 @PROPERTY_SETTINGS
@@ -221,22 +215,22 @@ def test_confined_admission_takes_only_from_its_set(
     state = engine.initial_state()
     cpus = sorted(engine.topology.all_cpus)
     for index in range(5):
-        pod = data.draw(pods(index))
+        target = data.draw(pods(index))
         within = CPUSet(data.draw(st.sets(st.sampled_from(cpus))))
         try:
-            plain: tuple[NodeState, Any] | None = engine.admit(state, pod)
+            plain: tuple[NodeState, Any] | None = engine.admit(state, target)
         except AdmissionError:
             plain = None
         try:
             all_cpus = engine.topology.all_cpus
-            everywhere: tuple[NodeState, Any] | None = engine.admit(state, pod, within=all_cpus)
+            everywhere: tuple[NodeState, Any] | None = engine.admit(state, target, within=all_cpus)
         except AdmissionError:
             everywhere = None
         assert (plain is None) == (everywhere is None)
         if plain is not None and everywhere is not None:
             assert frozen(plain[0]) == frozen(everywhere[0])
         try:
-            confined, _ = engine.admit(state, pod, within=within)
+            confined, _ = engine.admit(state, target, within=within)
         except AdmissionError:
             if plain is not None:
                 state = plain[0]

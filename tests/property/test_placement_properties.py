@@ -7,38 +7,19 @@ with the same allocations the live one had.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError
-from podlevel.engine.manager import Assignment, Engine, EngineConfig
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
-from podlevel.engine.topology import from_spec
+from podlevel.engine.manager import Assignment
+from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from support.builders import MI, app, guaranteed, new_engine, pod, sidecar
 
-MI = 2**20
 EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
-
-
-def engine(scope: Scope) -> Engine:
-    return Engine(
-        from_spec("sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"),
-        EngineConfig(
-            scope=scope,
-            reserved_cpus=CPUSet.parse("0,8"),
-            reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
-        ),
-    )
-
-
-def guaranteed(cpus: int, memory_mi: int) -> Resources:
-    values = {"cpu": cpus * 1000, "memory": memory_mi * MI}
-    return Resources(MappingProxyType(values), MappingProxyType(dict(values)))
 
 
 @st.composite
@@ -50,17 +31,19 @@ def pods(draw: st.DrawFn, index: int) -> Pod | None:
     if kind == "bubble":
         budget = draw(st.integers(2, 5))
         exclusive = draw(st.integers(1, budget - 1))
-        return Pod(
-            f"uid-{index}", f"p{index}", resources=guaranteed(budget, 512),
-            init_containers=(Container("log", ContainerKind.SIDECAR),),
-            containers=(Container("app", resources=guaranteed(exclusive, 256)),),
+        return pod(
+            f"p{index}",
+            sidecar("log"),
+            app("app", guaranteed(exclusive * 1000, 256 * MI)),
+            budget=guaranteed(budget * 1000, 512 * MI),
+            uid=f"uid-{index}",
         )
-    return Pod(f"uid-{index}", f"p{index}", containers=(Container("app", resources=guaranteed(
-        draw(st.integers(1, 3)), 256)),))
+    cpus = draw(st.integers(1, 3))
+    return pod(f"p{index}", app("app", guaranteed(cpus * 1000, 256 * MI)), uid=f"uid-{index}")
 
 
-def sandbox(index: int, pod: Pod | None) -> Sandbox:
-    annotations = {SHAPE_ANNOTATION: to_annotation(pod)} if pod else {}
+def sandbox(index: int, shape: Pod | None) -> Sandbox:
+    annotations = {SHAPE_ANNOTATION: to_annotation(shape)} if shape else {}
     return Sandbox(f"sb-{index}", f"uid-{index}", f"p{index}", "default", annotations)
 
 
@@ -77,9 +60,10 @@ def check(placement: Placement) -> None:
         settings = placement.applied[cid]
         assert settings == placement.desired(cid)
         if settings.assignment in EXCLUSIVE:
-            pod = cid.split("/")[0]
+            owner = cid.split("/")[0]
             for cpu in settings.cpus:
-                assert owners.setdefault(cpu, pod) == pod, f"CPU {cpu} exclusive in {pod} and {owners[cpu]}"
+                held_by = owners.setdefault(cpu, owner)
+                assert held_by == owner, f"CPU {cpu} exclusive in {owner} and {held_by}"
         elif settings.assignment is Assignment.NODE_SHARED:
             assert settings.cpus == pool
     assert pool.is_disjoint(CPUSet([c for c in owners]))
@@ -89,16 +73,16 @@ def check(placement: Placement) -> None:
 @given(st.data())
 def test_random_sequences_and_restarts(data: st.DataObject) -> None:
     scope = data.draw(st.sampled_from(list(Scope)))
-    live = Placement(engine(scope))
+    live = Placement(new_engine(scope=scope))
     running: dict[int, tuple[Sandbox, Pod | None]] = {}
     partial: set[str] = set()
     """Pods some of whose containers exited: the runtime shows less than their bubble."""
     for step in range(data.draw(st.integers(1, 16))):
         action = data.draw(st.sampled_from(["create", "create", "remove", "restart"]))
         if action == "create":
-            pod = data.draw(pods(step))
-            box = sandbox(step, pod)
-            names = [c.name for c in pod.all_containers] if pod else ["app"]
+            drawn = data.draw(pods(step))
+            box = sandbox(step, drawn)
+            names = [c.name for c in drawn.all_containers] if drawn else ["app"]
             before = (live.state, dict(live.applied), live.container_ids())
             try:
                 for name in names:
@@ -107,7 +91,7 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
                 assert names.index(name) == 0, "a pod is refused at its first container or not at all"
                 assert (live.state, dict(live.applied), live.container_ids()) == before
                 continue
-            running[step] = (box, pod)
+            running[step] = (box, drawn)
         elif action == "remove" and running:
             index = data.draw(st.sampled_from(sorted(running)))
             live.remove_sandbox(running.pop(index)[0].id)
@@ -125,7 +109,7 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
             rows = data.draw(st.permutations([r for r in rows if r.container_id not in gone]))
             partial |= {cid.split("/")[0] for cid in gone if cid}
             sandboxes = data.draw(st.permutations([box for box, _ in running.values()]))
-            restarted = Placement(engine(scope))
+            restarted = Placement(new_engine(scope=scope))
             updates, refused = restarted.synchronize(sandboxes, rows)
             assert refused == []
             whole = [

@@ -1,49 +1,101 @@
-"""Engines and pods the tests build: a small two-node machine, the pod-level shapes on it, resources, and the
-repository's example pods."""
+"""Engines and pods the tests build: resources, containers and pods in the engine's exact units (`cpu` in
+millicores, memory in bytes), a small two-node machine, and the repository's example pods."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
+from podlevel.podspec.manifest import load_pods
 
-MI = 2**20
+MI: Final = 2**20
+GI: Final = 2**30
 CHECKOUT: Final = Path(__file__).resolve().parents[2]
 EXAMPLES: Final = CHECKOUT / "deploy" / "examples"
 """The Kubernetes documentation's pod-level examples."""
 # 16 CPUs: node 0 = CPUs 0-3,8-11, node 1 = CPUs 4-7,12-15; the first core (0,8) is reserved, so node 0 has
 # 6 assignable CPUs and node 1 has 8. The node shared pool starts as all 16 (the kubelet's default set).
-SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
+SMALL: Final = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
+RESERVED_MEMORY: Final = MappingProxyType({0: MappingProxyType({"memory": 100 * MI})})
 
 
-def new_engine(reserved: str = "0,8") -> Engine:
-    """The engine `run` builds by default on SMALL (100Mi reserved on node 0), with `reserved` CPUs."""
-    return Engine(
-        from_spec(SMALL),
-        EngineConfig(
-            reserved_cpus=CPUSet.parse(reserved),
-            reserved_memory=MappingProxyType({0: MappingProxyType({"memory": 100 * MI})}),
-        ),
+def new_engine(reserved: str = "0,8", **config: Any) -> Engine:
+    """The engine `run` builds by default on SMALL: `reserved` CPUs, 100Mi reserved on node 0. `config` sets
+    any other `EngineConfig` field (scope, topology policy, policies, options)."""
+    settings = {"reserved_cpus": CPUSet.parse(reserved), "reserved_memory": RESERVED_MEMORY, **config}
+    return Engine(from_spec(SMALL), EngineConfig(**settings))
+
+
+def example(name: str) -> Pod:
+    """The one pod of `deploy/examples/<name>.yaml`."""
+    [pod] = load_pods((EXAMPLES / f"{name}.yaml").read_text())
+    return pod
+
+
+def resources(requests: Mapping[str, int], limits: Mapping[str, int] | None = None) -> Resources:
+    """Any requests and limits; without `limits`, requests alone."""
+    return Resources(MappingProxyType(dict(requests)), MappingProxyType(dict(limits or {})))
+
+
+def guaranteed(cpu: int = 1000, memory: int = GI, **hugepages: int) -> Resources:
+    """Requests equal to limits. Hugepages are named by page size: `hugepages_2Mi=64 * MI` is 64Mi of
+    `hugepages-2Mi`."""
+    amounts = {"cpu": cpu, "memory": memory}
+    for name, amount in hugepages.items():
+        amounts[HUGEPAGES_PREFIX + name.removeprefix("hugepages_")] = amount
+    return resources(amounts, amounts)
+
+
+def burstable(
+    cpu: int, memory: int | None = None, *, cpu_limit: int | None = None, memory_limit: int | None = None
+) -> Resources:
+    """A `cpu` request, a `memory` request if given, and only the limits given."""
+    requests = {"cpu": cpu} if memory is None else {"cpu": cpu, "memory": memory}
+    given = {"cpu": cpu_limit, "memory": memory_limit}
+    limits = {name: value for name, value in given.items() if value is not None}
+    return resources(requests, limits)
+
+
+def app(name: str, resources: Resources | None = None) -> Container:
+    return Container(name, ContainerKind.APP, resources or Resources())
+
+
+def sidecar(name: str, resources: Resources | None = None) -> Container:
+    """A restartable init container: runs beside everything declared after it."""
+    return Container(name, ContainerKind.SIDECAR, resources or Resources())
+
+
+def init(name: str, resources: Resources | None = None) -> Container:
+    """A standard init container: runs to completion beside the sidecars declared before it."""
+    return Container(name, ContainerKind.INIT, resources or Resources())
+
+
+def pod(name: str, *containers: Container, budget: Resources | None = None, uid: str | None = None) -> Pod:
+    """A pod in the default namespace whose uid is its name unless given. Init containers and sidecars go to
+    `init_containers`, app containers to `containers`, each in the order given; `budget` is the pod-level
+    resources."""
+    return Pod(
+        uid=name if uid is None else uid,
+        name=name,
+        resources=budget,
+        init_containers=tuple(c for c in containers if c.kind is not ContainerKind.APP),
+        containers=tuple(c for c in containers if c.kind is ContainerKind.APP),
     )
-
-
-def guaranteed(millis: int, memory_mi: int) -> Resources:
-    values = {"cpu": millis, "memory": memory_mi * MI}
-    return Resources(requests=MappingProxyType(values), limits=MappingProxyType(dict(values)))
 
 
 def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
     """A bubble of `cpus`, an app with an exclusive slice of `exclusive`, a sidecar in the pod shared pool
     (which is empty, and the pod refused, when `exclusive == cpus`)."""
-    return Pod(
+    return pod(
+        name,
+        sidecar("log"),
+        app("app", guaranteed(exclusive * 1000, 256 * MI)),
+        budget=guaranteed(cpus * 1000, GI),
         uid=f"uid-{name}",
-        name=name,
-        resources=guaranteed(cpus * 1000, 1024),
-        init_containers=(Container("log", ContainerKind.SIDECAR),),
-        containers=(Container("app", resources=guaranteed(exclusive * 1000, 256)),),
     )

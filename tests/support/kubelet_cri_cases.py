@@ -10,8 +10,8 @@ from typing import NamedTuple
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
 from podlevel.podspec.runtime import RuntimeResources
+from support.builders import MI
 
-MI = 2**20
 PERIOD = 100_000
 
 

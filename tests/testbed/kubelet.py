@@ -1,11 +1,11 @@
 """Start a pod from a Kubernetes manifest the way a kubelet would, through CRI.
 
-What the kubelet sends is what the plugin sees, so this follows it: standard init containers run to
-completion one after the other, then sidecars and app containers start in declaration order; the sandbox's
-cgroup parent names the QoS class. The pod-shape annotation that lets the plugin see the whole pod
-(`podspec.manifest.SHAPE_ANNOTATION`) is added as an admission webhook would add it.
-
-The CRI resources are the kubelet's, as `podspec.runtime` models them.
+The plugin sees what the kubelet sends, so this sends the same. Containers start in declaration order, init
+containers and sidecars first; each standard init container runs to completion before the next container
+starts. The sandbox's cgroup parent is the pod cgroup a kubelet makes in the pod's QoS tier. The CRI resources
+are the kubelet's, from the one model in `podspec.runtime`. The pod-shape annotation
+(`podspec.manifest.SHAPE_ANNOTATION`), which lets the plugin see the whole pod, is added as an admission
+webhook would add it.
 """
 
 from __future__ import annotations
@@ -32,11 +32,16 @@ class StartedPod:
     """container name -> container id, in start order."""
 
 
+def qos_tier(pod: Pod) -> str:
+    """The kubepods tier a kubelet puts the pod cgroup in (`guaranteed` sits right under kubepods)."""
+    return _QOS_TIER.get(pod.qos_class(), "besteffort")
+
+
 def cgroup_parent(cri: CRI, pod: Pod) -> str | None:
     """The pod cgroup `start_pod` gives the sandbox: under the client's cgroup root, in the QoS tier."""
     if not cri.cgroup_root:
         return None
-    return pod_cgroup_parent(cri.cgroup_root, pod.uid, _QOS_TIER.get(pod.qos_class(), "besteffort"))
+    return pod_cgroup_parent(cri.cgroup_root, pod.uid, qos_tier(pod))
 
 
 def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True) -> StartedPod:

@@ -7,6 +7,7 @@ stopped (SIGTERM, then SIGKILL) or killed outright to play a crash, always by it
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,14 @@ REGISTER_TIMEOUT_S: Final = 30.0
 STOP_TIMEOUT_S: Final = 10.0
 REGISTERED: Final = "registered with"
 """What the stub logs once the runtime has configured and synchronized it."""
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def run_help() -> str:
@@ -36,16 +45,18 @@ class PluginExited(RuntimeError):
 class PluginProcess:
     """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
     so far, echoed with `prefix` unless `echo` is off. A plugin started again with the same `state_dir`
-    restores from the checkpoints there."""
+    restores from the checkpoints there. Its HTTP endpoint listens on a free loopback port, `metrics_address`,
+    so several plugins never collide."""
 
     def __init__(
         self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
         echo: bool = True,
     ) -> None:
         self.state_dir = state_dir
+        self.metrics_address = f"127.0.0.1:{free_port()}"
         command = [
-            sys.executable, "-m", "podlevel.cli.main", "run",
-            "--nri-socket", str(nri_socket), "--state-dir", str(state_dir), *extra,
+            sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
+            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address, *extra,
         ]
         self.prefix = prefix
         self.echo = echo

@@ -1,6 +1,6 @@
-"""Test bed CRI resources: `Resources.kubelet` converts requests/limits the way the kubelet does (vectors
-from the kubelet's MilliCPUToShares/MilliCPUToQuota rules; the period goes with or without a limit) and
-survives the protobuf round trip."""
+"""Test bed CRI resources: `Resources.kubelet` gives what a kubelet sends for given requests and limits, and
+survives the protobuf round trip. The vectors follow the kubelet's MilliCPUToShares and MilliCPUToQuota rules;
+the period is sent with or without a limit."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
 from testbed import cgroupfs
 from testbed.containerd import Containerd
-from testbed.cri import CRI, CRIError
+from testbed.cri import CRI, CRIError, pod_cgroup_parent
 from testbed.kubelet import start_pod
 from testbed.plugin_process import PluginProcess
 
@@ -104,7 +104,8 @@ def test_pod_bubble_slice_and_shared_pools_on_a_numa_node(cri: CRI, guest: Guest
     web = start_pod(cri, pod("web"), with_shape=False).containers["server"]
     assert in_force(cri, web)[0] == CPUSet.parse(read(Path("/sys/devices/system/cpu/online")))
 
-    fast = start_pod(cri, pod("fast-path")).containers
+    fast_pod = pod("fast-path")
+    fast = start_pod(cri, fast_pod).containers
     app_cpus, app_mems, app_quota = in_force(cri, fast["main-app"])
     log_cpus, log_mems, log_quota = in_force(cri, fast["logger"])
 
@@ -115,6 +116,11 @@ def test_pod_bubble_slice_and_shared_pools_on_a_numa_node(cri: CRI, guest: Guest
     assert app_quota == "max", "CFS quota off for the exclusive slice"
     assert log_quota == "100000", "the pod shared pool gets the leftover budget: 2 CPUs - 1 exclusive"
     assert in_force(cri, web)[0].is_disjoint(bubble), "the node shared pool gave up the bubble"
+    assert cri.cgroup_root is not None
+    pod_cgroup = cgroupfs.read_cgroup(pod_cgroup_parent(cri.cgroup_root, fast_pod.uid))
+    assert CPUSet.parse(pod_cgroup.effective_cpus) == bubble, "the pod cgroup holds the bubble"
+    assert pod_cgroup.effective_mems == str(home)
+    assert pod_cgroup.cpu_quota_us is None, "the pod's quota is lifted: main-app holds a CPU of its own"
 
     with pytest.raises(CRIError) as refused:
         start_pod(cri, pod("no-room"))

@@ -101,6 +101,21 @@ class PodCgroupSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacementView:
+    """A consistent copy of placement after one event: nothing in it changes afterwards."""
+
+    state: NodeState
+    sandboxes: Mapping[str, Sandbox]
+    containers: Mapping[str, tuple[str, str]]
+    """container id -> (sandbox id, container name)."""
+    applied: Mapping[str, Settings]
+    admitted: Mapping[str, str]
+    """sandbox id -> uid of its admitted pod."""
+    kept_out: frozenset[str]
+    """Sandboxes of running managed pods a Synchronize could not admit again (left in the node pool)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Resync:
     """What the last Synchronize did with the pods a restarted plugin found running."""
 
@@ -204,6 +219,8 @@ class Placement:
         """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
         the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
+        self.sandboxes: dict[str, Sandbox] = {}
+        """Every pod sandbox the runtime has shown, managed or not, by id."""
         self.pod_cgroups: dict[str, PodCgroupSettings] = {}
         """sandbox id -> what its pod cgroup should hold (admitted pods with a bubble or exclusive CPUs)."""
         self._flushed_pool = engine.node_shared_pool(self.state)
@@ -220,6 +237,7 @@ class Placement:
         """
         # A sandbox already admitted needs no second read of its annotation: every container of the pod
         # after the first takes this path, and CreateContainer waits on it.
+        self.sandboxes[sandbox.id] = sandbox
         pod = None if sandbox.id in self._sandbox_pods else pod_shape(sandbox)
         if pod is not None and pod.uid in self._pods:
             self._sandbox_pods[sandbox.id] = pod.uid
@@ -277,7 +295,8 @@ class Placement:
         uid = self._sandbox_pods.pop(sandbox_id, None)
         self._refused.pop(sandbox_id, None)
         self.pod_cgroups.pop(sandbox_id, None)
-        for container_id in [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]:
+        self.sandboxes.pop(sandbox_id, None)
+        for container_id in self.containers_of(sandbox_id):
             self.remove_container(container_id)
         if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
             self.state = self.engine.remove_pod(self.state, uid)
@@ -296,6 +315,7 @@ class Placement:
         quota differ from what they should be. Containers of sandboxes not given are ignored.
         """
         by_id = {s.id: s for s in sandboxes}
+        self.sandboxes = dict(by_id)
         for sandbox_id in [sid for sid in self._sandbox_pods if sid not in by_id]:
             self.remove_sandbox(sandbox_id)
         self._containers.clear()
@@ -401,6 +421,20 @@ class Placement:
 
     def container_ids(self) -> list[str]:
         return list(self._containers)
+
+    def containers_of(self, sandbox_id: str) -> list[str]:
+        return [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]
+
+    def view(self) -> PlacementView:
+        """Copies of what placement holds now, for readers on other threads; cheap (a few dict copies)."""
+        return PlacementView(
+            self.state,
+            dict(self.sandboxes),
+            {cid: (t.sandbox_id, t.name) for cid, t in self._containers.items()},
+            dict(self.applied),
+            dict(self._sandbox_pods),
+            frozenset(self._refused),
+        )
 
     def _held(self, pod: Pod, rows: Iterable[Observed]) -> CPUSet | None:
         """The CPUs a managed pod's containers hold now: all of them when the pod has a bubble, else the

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -124,6 +125,25 @@ class PodLevelPlugin(Handler):
         self._saved = placement.state
         """The engine state the checkpoint holds (the placement's state objects are immutable)."""
         self._save_error: str | None = None
+        self._cgroups_paths: dict[str, str] = {}
+        self._refusals: dict[str, str] = {}
+        self._synchronized = False
+        self.snapshot = NodeSnapshot(placement.engine, placement.view())
+        """The node as of the last event; replaced, never changed (see `agent.snapshot`)."""
+
+    def _publish(self) -> None:
+        cgroups = self.pod_cgroups
+        self.snapshot = NodeSnapshot(
+            self.placement.engine,
+            self.placement.view(),
+            dict(self._cgroups_paths),
+            dict(self.placement.pod_cgroups),
+            dict(cgroups.failed) if cgroups is not None else {},
+            dict(self._refusals),
+            self._save_error,
+            self._synchronized,
+            self.snapshot.generation + 1,
+        )
 
     def _commit(self, *, force: bool = False) -> None:
         """Checkpoint the allocations if they changed, then bring the pod cgroups in line."""
@@ -141,6 +161,7 @@ class PodLevelPlugin(Handler):
                 self._save_error = None
         if self.pod_cgroups is not None:
             self.pod_cgroups.sync(self.placement.pod_cgroups)
+        self._publish()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
         log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
@@ -150,7 +171,11 @@ class PodLevelPlugin(Handler):
         self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
     ) -> list[api.ContainerUpdate]:
         live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
-        current = [observed_of(c) for c in containers if c.state in live]
+        running = [c for c in containers if c.state in live]
+        current = [observed_of(c) for c in running]
+        self._cgroups_paths = {c.id: c.linux.cgroups_path for c in running}
+        self._refusals = {}
+        self._synchronized = True
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
         resync = self.placement.resync
         for sandbox_id, reason in resync.moved:
@@ -171,10 +196,14 @@ class PodLevelPlugin(Handler):
             )
         except AdmissionError as err:
             log.warning("refused %s/%s container %s: %s", pod.namespace, pod.name, container.name, err)
+            self._refused(pod, f"{err.type}: {err.message}")
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
         except InputError as err:
             log.warning("bad pod shape for %s/%s: %s", pod.namespace, pod.name, err)
+            self._refused(pod, str(err))
             raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        self._cgroups_paths[container.id] = container.linux.cgroups_path
+        self._refusals.pop(pod.id, None)
         self._commit()
         adjust = api.ContainerAdjustment()
         adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
@@ -210,14 +239,26 @@ class PodLevelPlugin(Handler):
         self._commit()
         return updates_of(changed)
 
+    def _refused(self, pod: api.PodSandbox, reason: str) -> None:
+        self._refusals[pod.id] = reason
+        self._publish()
+
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         self.placement.remove_container(container.id)
+        self._cgroups_paths.pop(container.id, None)
+        self._publish()
 
     def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
-        self.placement.remove_sandbox(pod.id)
+        self._forget(pod.id)
         self._commit()
         log.info("released %s/%s", pod.namespace, pod.name)
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
-        self.placement.remove_sandbox(pod.id)
+        self._forget(pod.id)
         self._commit()
+
+    def _forget(self, sandbox_id: str) -> None:
+        for container_id in self.placement.containers_of(sandbox_id):
+            self._cgroups_paths.pop(container_id, None)
+        self._refusals.pop(sandbox_id, None)
+        self.placement.remove_sandbox(sandbox_id)

@@ -30,11 +30,13 @@ from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
+from podlevel.report.http import ReportServer, Route, probes
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
+DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:9808"
 DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
 
@@ -47,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs to read the machine topology from")
     parser.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR),
                         help="where the checkpoints live, created 0700 (%(default)s)")
+    parser.add_argument("--metrics-address", default=DEFAULT_METRICS_ADDRESS,
+                        help="HOST:PORT of probes and metrics (%(default)s); empty: off")
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -189,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             stub = Stub.from_environment(handler)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
+        server = ReportServer(args.metrics_address, report_routes(stub)) if args.metrics_address else None
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -197,6 +202,17 @@ def run(args: argparse.Namespace) -> int:
         "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
         engine.config.topology_policy.value, engine.reserved_cpus or "none",
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        stub.run()
+    if server is not None:
+        server.start()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            stub.run()
+    finally:
+        if server is not None:
+            server.stop()
     return 0
+
+
+def report_routes(stub: Stub) -> dict[str, Route]:
+    """What the HTTP endpoint serves: the probes (ready while registered and synchronized)."""
+    return probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")

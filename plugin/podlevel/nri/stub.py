@@ -147,6 +147,11 @@ class Stub:
         if loop is not None and stopping is not None:
             loop.call_soon_threadsafe(stopping.set)
 
+    @property
+    def ready(self) -> bool:
+        """Registered and synchronized with the runtime now (false again while redialling)."""
+        return self._ready.is_set()
+
     def wait_ready(self, timeout: float) -> bool:
         """Block until the stub is registered and synchronized with the runtime; False on timeout."""
         return self._ready.wait(timeout)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 import pytest
 
@@ -23,18 +22,14 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import Assignment
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.pod import Container, ContainerKind, Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
-from support.builders import fast_path, guaranteed, new_engine
+from support.builders import MI, burstable, fast_path, guaranteed, new_engine
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
-
-
-def burstable(millis: int) -> Resources:
-    return Resources(requests=MappingProxyType({"cpu": millis}))
 
 
 def shared_only() -> Pod:
@@ -42,14 +37,14 @@ def shared_only() -> Pod:
     return Pod(
         uid="uid-shared",
         name="shared",
-        resources=guaranteed(3000, 512),
+        resources=guaranteed(3000, 512 * MI),
         containers=(Container("a", resources=burstable(500)), Container("b")),
     )
 
 
 def classic(name: str = "classic") -> Pod:
     """No pod-level resources, Guaranteed: the kubelet's per-container way gives the container node CPUs."""
-    exclusive = Container("exclusive", resources=guaranteed(2000, 128))
+    exclusive = Container("exclusive", resources=guaranteed(2000, 128 * MI))
     return Pod(uid=f"uid-{name}", name=name, containers=(exclusive,))
 
 
@@ -63,9 +58,9 @@ def empty_shared_pool() -> Pod:
     return Pod(
         uid="uid-no-room",
         name="no-room",
-        resources=guaranteed(2000, 512),
+        resources=guaranteed(2000, 512 * MI),
         init_containers=(Container("log", ContainerKind.SIDECAR),),
-        containers=(Container("app", resources=guaranteed(2000, 256)),),
+        containers=(Container("app", resources=guaranteed(2000, 256 * MI)),),
     )
 
 
@@ -74,7 +69,7 @@ def too_big() -> Pod:
     return Pod(
         uid="uid-big",
         name="big",
-        resources=guaranteed(9000, 512),
+        resources=guaranteed(9000, 512 * MI),
         containers=(Container("app", resources=burstable(500)),),
     )
 
@@ -658,6 +653,9 @@ def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> No
     assert refused == []
     assert updates == live.applied, "the runtime showed no cpusets, so every container is told its own"
     assert restarted.state.cpu == live.state.cpu
+    memory, recorded_memory = restarted.state.memory, live.state.memory
+    assert (memory.machine, memory.entries, memory.pod_entries) == (
+        recorded_memory.machine, recorded_memory.entries, recorded_memory.pod_entries)
     assert restarted.applied == live.applied
     assert restarted.resync == Resync(restored=3)
     # The checkpoint is for the first Synchronize only: a reconnect keeps the live state.

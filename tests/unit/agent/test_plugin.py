@@ -237,3 +237,25 @@ def test_a_cgroup_parent_outside_the_root_is_refused_for_good(tmp_path: Path) ->
 
     assert "'..'" in cgroups.failed[fast.id]
     assert not (tmp_path / "etc").exists()
+
+
+def test_each_event_publishes_a_snapshot_later_events_leave_alone(plugin: PodLevelPlugin) -> None:
+    fast, no_room = sandbox(fast_path()), sandbox(fast_path("no-room", 2, 2))
+    app = container(fast, "app")
+    app.linux.cgroups_path = "/kubepods/poduid-fast/fast-app"
+    plugin.create_container(fast, app)
+    after_create = plugin.snapshot
+
+    with pytest.raises(RpcError):
+        plugin.create_container(no_room, container(no_room, "app"))
+    plugin.stop_pod_sandbox(fast)
+
+    assert after_create.placement.containers == {"fast-app": ("sb-fast", "app")}
+    assert after_create.placement.admitted == {"sb-fast": "uid-fast"}
+    assert after_create.cgroups_paths == {"fast-app": "/kubepods/poduid-fast/fast-app"}
+    assert after_create.placement.applied["fast-app"].assignment is Assignment.POD_EXCLUSIVE
+    now = plugin.snapshot
+    assert now.generation == after_create.generation + 2
+    assert now.refusals["sb-no-room"].startswith("EmptyPodSharedPoolError: ")
+    assert now.placement.containers == {} and now.cgroups_paths == {}
+    assert "sb-fast" not in now.placement.sandboxes

@@ -13,10 +13,9 @@ import pytest
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.topology import from_spec
-from support.builders import CHECKOUT, EXAMPLES
+from support.builders import CHECKOUT, EXAMPLES, SMALL
 
 SCRIPT = Path(sys.executable).with_name("nri-podlevel")
-SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
 POLICIES = ["none", "best-effort", "restricted", "single-numa-node"]
 
 

@@ -23,6 +23,7 @@ from podlevel.engine.quantity import bytes_of, milli_cpu
 from podlevel.engine.shared_pool import empty_shared_pool_violation
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import TopologyHint
+from support.builders import pod, resources
 from support.kubelet_topologies import (
     DUAL_HT,
     DUAL_NO_HT,
@@ -36,28 +37,25 @@ ANY = TopologyHint(None, True)
 INIT, SIDECAR, APP = ContainerKind.INIT, ContainerKind.SIDECAR, ContainerKind.APP
 
 
-def resources(cpu: str | None, memory: str = "100Mi", cpu_limit: str | None = None) -> Resources:
-    """CPU request (and limit, equal unless given) with memory request = limit, as the kubelet's test pods."""
-    requests = {"memory": bytes_of(memory)}
-    limits = dict(requests)
-    if cpu is not None:
-        requests["cpu"] = milli_cpu(cpu)
-        limits["cpu"] = milli_cpu(cpu_limit or cpu)
-    return Resources(requests, limits)
+def quantities(cpu: str, memory: str, cpu_limit: str | None = None) -> Resources:
+    """CPU and memory as the kubelet's test pods write them; requests equal limits but for a `cpu_limit`."""
+    memory_bytes = bytes_of(memory)
+    return resources(
+        {"cpu": milli_cpu(cpu), "memory": memory_bytes},
+        {"cpu": milli_cpu(cpu_limit or cpu), "memory": memory_bytes},
+    )
 
 
 def ctr(
     name: str, cpu: str | None = None, kind: ContainerKind = APP, cpu_limit: str | None = None
 ) -> Container:
-    return Container(name, kind, resources(cpu, cpu_limit=cpu_limit) if cpu else Resources())
+    """A container of the kubelet's test pods: `cpu` and 100Mi of memory, or no resources without `cpu`."""
+    return Container(name, kind, quantities(cpu, "100Mi", cpu_limit) if cpu else Resources())
 
 
-def pod(uid: str, *containers: Container, budget: str | None = None, budget_limit: str | None = None) -> Pod:
-    """A pod; with `budget` it sets pod-level resources (that CPU, 300Mi memory, requests = limits)."""
-    level = resources(budget, "300Mi", budget_limit) if budget else None
-    init = tuple(c for c in containers if c.kind is not APP)
-    apps = tuple(c for c in containers if c.kind is APP)
-    return Pod(uid, uid, resources=level, init_containers=init, containers=apps)
+def pod_level(cpu: str, limit: str | None = None) -> Resources:
+    """Pod-level resources as the kubelet's test pods have them: `cpu` and 300Mi of memory."""
+    return quantities(cpu, "300Mi", limit)
 
 
 def policy(
@@ -250,14 +248,20 @@ def test_initial_state_and_the_shared_pool(strict: bool, default: str) -> None:
         pytest.param(pod("p", ctr("c", "2")), 2, id="guaranteed integer"),
         pytest.param(pod("p", ctr("c", "977m")), 0, id="guaranteed non-integer"),
         pytest.param(pod("p", ctr("c", "1", cpu_limit="2")), 0, id="burstable"),
-        pytest.param(pod("p", ctr("c", "2"), budget="4"), 2, id="pod-level, equivalent guaranteed container"),
         pytest.param(
-            pod("p", Container("c", APP, Resources({"cpu": 2000}, {"cpu": 2000})), budget="4"),
+            pod("p", ctr("c", "2"), budget=pod_level("4")), 2, id="pod-level, equivalent guaranteed container"
+        ),
+        pytest.param(
+            pod("p", Container("c", APP, Resources({"cpu": 2000}, {"cpu": 2000})), budget=pod_level("4")),
             0,
             id="pod-level, container without memory",
         ),
-        pytest.param(pod("p", ctr("c", "2"), budget="4", budget_limit="5"), 0, id="pod-level burstable pod"),
-        pytest.param(pod("p", ctr("c"), budget="4"), 0, id="pod-level, container without resources"),
+        pytest.param(
+            pod("p", ctr("c", "2"), budget=pod_level("4", limit="5")), 0, id="pod-level burstable pod"
+        ),
+        pytest.param(
+            pod("p", ctr("c"), budget=pod_level("4")), 0, id="pod-level, container without resources"
+        ),
     ],
 )
 def test_guaranteed_cpus(the_pod: Pod, expected: int) -> None:
@@ -279,10 +283,12 @@ def test_guaranteed_cpus(the_pod: Pod, expected: int) -> None:
             pod("p", ctr("s", "2", SIDECAR), ctr("i", "4", INIT), ctr("a", "3")), 6, id="init + sidecar"
         ),
         pytest.param(pod("p", ctr("a", "2"), ctr("b", "1500m")), 2, id="non-integer container adds nothing"),
-        pytest.param(pod("p", ctr("a", "2"), budget="5"), 5, id="pod-level budget"),
-        pytest.param(pod("p", ctr("a", "2"), budget="2500m"), 0, id="non-integer pod-level budget"),
+        pytest.param(pod("p", ctr("a", "2"), budget=pod_level("5")), 5, id="pod-level budget"),
         pytest.param(
-            pod("p", ctr("a", "2"), budget="5", budget_limit="6"), 0, id="burstable pod-level budget"
+            pod("p", ctr("a", "2"), budget=pod_level("2500m")), 0, id="non-integer pod-level budget"
+        ),
+        pytest.param(
+            pod("p", ctr("a", "2"), budget=pod_level("5", limit="6")), 0, id="burstable pod-level budget"
         ),
     ],
 )
@@ -586,33 +592,39 @@ def test_pod_hints_without_pod_level_resources() -> None:
 
 def test_pod_hints_with_pod_level_resources() -> None:
     p = policy(DUAL_HT)
-    good = pod("good", ctr("main", "2"), ctr("side", kind=SIDECAR), budget="4")
+    good = pod("good", ctr("main", "2"), ctr("side", kind=SIDECAR), budget=pod_level("4"))
     s = p.initial_state()
     assert p.pod_hints(s, good) == hints((0b01, True), (0b10, True), (0b11, False))
     s = p.allocate_pod(s, good, numa(1))
     assert p.pod_hints(s, good) == hints((0b10, True), (0b11, False))
-    full = pod("full", ctr("main", "4"), ctr("side", kind=SIDECAR), budget="4")
+    full = pod("full", ctr("main", "4"), ctr("side", kind=SIDECAR), budget=pod_level("4"))
     assert p.pod_hints(p.initial_state(), full) == hints()
-    assert p.pod_hints(s, pod("burst", ctr("main", "2"), budget="4", budget_limit="6")) is None
+    assert p.pod_hints(s, pod("burst", ctr("main", "2"), budget=pod_level("4", limit="6"))) is None
 
 
 # -- KEP-5526 AllocatePod (policy_static_test.go TestStaticPolicyAllocatePod) ------------------------------
 
 ALLOCATE_POD_CASES = [
     pytest.param(
-        pod("pod1", ctr("container1", "1"), budget="2"),
+        pod("pod1", ctr("container1", "1"), budget=pod_level("2")),
         {"container1": "2"},
         "0-1,3-7,9-11",
         id="guaranteed pod, one guaranteed container",
     ),
     pytest.param(
-        pod("p", ctr("ngu-container"), budget="1"),
+        pod("p", ctr("ngu-container"), budget=pod_level("1")),
         {"ngu-container": "6"},
         "0-5,7-11",
         id="non-guaranteed container runs in the bubble",
     ),
     pytest.param(
-        pod("p", ctr("gu-container-1", "1"), ctr("gu-container-2", "1"), ctr("ngu-container"), budget="3"),
+        pod(
+            "p",
+            ctr("gu-container-1", "1"),
+            ctr("gu-container-2", "1"),
+            ctr("ngu-container"),
+            budget=pod_level("3"),
+        ),
         {"gu-container-1": "6", "gu-container-2": "2", "ngu-container": "8"},
         "0-1,3-5,7,9-11",
         id="mix of guaranteed and non-guaranteed containers",
@@ -624,7 +636,7 @@ ALLOCATE_POD_CASES = [
             ctr("gu-init-container-2", "1", INIT),
             ctr("gu-container-1", "1"),
             ctr("gu-container-2", "1"),
-            budget="2",
+            budget=pod_level("2"),
         ),
         {
             "gu-init-container-1": "2",
@@ -643,7 +655,7 @@ ALLOCATE_POD_CASES = [
             ctr("ngu-init-container-3", kind=INIT),
             ctr("gu-container-1", "1"),
             ctr("ngu-container-2"),
-            budget="3",
+            budget=pod_level("3"),
         ),
         {
             "ngu-init-container-1": "2,6,8",
@@ -663,7 +675,7 @@ ALLOCATE_POD_CASES = [
             ctr("ngu-init-container-3", kind=INIT),
             ctr("gu-container-1", "1"),
             ctr("ngu-container-2"),
-            budget="3",
+            budget=pod_level("3"),
         ),
         {
             "ngu-init-container-1": "2,6,8",
@@ -692,13 +704,13 @@ def test_allocate_pod(the_pod: Pod, expected: dict[str, str], default: str) -> N
 
 def test_kep_example_and_its_rejected_twin() -> None:
     p = policy(DUAL_HT)
-    kep = pod("kep", ctr("c1", "3"), ctr("c2"), ctr("c3"), budget="5")
+    kep = pod("kep", ctr("c1", "3"), ctr("c2"), ctr("c3"), budget=pod_level("5"))
     after = p.allocate_pod(p.initial_state(), kep, numa(1))
     bubble = after.pod_entries["kep"]
     assert bubble == CPUSet.parse("1,3,5,7,9")
     assert after.entry("kep", "c1") == CPUSet.parse("1,5,7")
     assert after.entry("kep", "c2") == after.entry("kep", "c3") == CPUSet.parse("3,9")
-    twin = pod("twin", ctr("c1", "3"), ctr("c2", "2"), ctr("c3"), budget="5")
+    twin = pod("twin", ctr("c1", "3"), ctr("c2", "2"), ctr("c3"), budget=pod_level("5"))
     before = p.initial_state()
     with pytest.raises(
         EmptyPodSharedPoolError, match=r"take 5 of the pod's 5 CPUs, leaving an empty pod shared pool"
@@ -707,14 +719,15 @@ def test_kep_example_and_its_rejected_twin() -> None:
     assert before == p.initial_state()
 
 
-def test_seed_pods() -> None:
+def test_the_documentation_example_pods() -> None:
+    """pod-scope-mixed and empty-shared-pool of deploy/examples/, with the kubelet tests' memory."""
     p = policy(DUAL_HT)
     mixed = pod(
         "pod-scope-mixed",
         ctr("metrics-sidecar", kind=SIDECAR),
         ctr("logging-sidecar", kind=SIDECAR),
         ctr("main-app", "2"),
-        budget="4",
+        budget=pod_level("4"),
     )
     s = p.allocate_pod(p.initial_state(), mixed, numa(1))
     main = s.entry(mixed.uid, "main-app")
@@ -727,7 +740,7 @@ def test_seed_pods() -> None:
         ctr("metrics-sidecar", "1", SIDECAR),
         ctr("logging-sidecar", kind=SIDECAR),
         ctr("main-app", "3"),
-        budget="4",
+        budget=pod_level("4"),
     )
     with pytest.raises(EmptyPodSharedPoolError, match="logging-sidecar") as raised:
         p.allocate_pod(s, empty, numa(0))
@@ -740,17 +753,17 @@ def test_seed_pods() -> None:
     ("the_pod", "message"),
     [
         pytest.param(
-            pod("p", ctr("a", "1"), ctr("b", "1"), ctr("c"), budget="2"),
+            pod("p", ctr("a", "1"), ctr("b", "1"), ctr("c"), budget=pod_level("2")),
             "exclusive containers take 2 of the pod's 2 CPUs, leaving an empty pod shared pool for c",
             id="kubelet case: sum equals budget",
         ),
         pytest.param(
-            pod("p", ctr("s", "2", SIDECAR), ctr("i", "3", INIT), ctr("a", "1"), budget="4"),
+            pod("p", ctr("s", "2", SIDECAR), ctr("i", "3", INIT), ctr("a", "1"), budget=pod_level("4")),
             "init container 'i' needs 3 exclusive CPUs but only 2 of the pod's 4",
             id="init slice larger than what the sidecars leave",
         ),
         pytest.param(
-            pod("p", ctr("s", "4", SIDECAR), ctr("i", kind=INIT), ctr("a", "1"), budget="4"),
+            pod("p", ctr("s", "4", SIDECAR), ctr("i", kind=INIT), ctr("a", "1"), budget=pod_level("4")),
             "init container 'i' needs the pod shared pool but the sidecars before it take 4",
             id="shared init after sidecars took everything",
         ),
@@ -764,7 +777,7 @@ def test_empty_shared_pool_rule(the_pod: Pod, message: str) -> None:
 
 def test_exclusive_sum_below_budget_is_accepted_and_the_rest_stays_unused() -> None:
     p = policy(DUAL_HT)
-    the_pod = pod("p", ctr("a", "1"), ctr("b", "1"), budget="3")
+    the_pod = pod("p", ctr("a", "1"), ctr("b", "1"), budget=pod_level("3"))
     s = p.allocate_pod(p.initial_state(), the_pod, numa(0))
     assert len(s.pod_entries["p"]) == 3
     a, b = p.cpus_of(s, "p", "a"), p.cpus_of(s, "p", "b")
@@ -773,7 +786,7 @@ def test_exclusive_sum_below_budget_is_accepted_and_the_rest_stays_unused() -> N
 
 
 def test_empty_shared_pool_violation_is_generic_over_the_unit() -> None:
-    the_pod = pod("p", ctr("a", "1"), ctr("b"), budget="1")
+    the_pod = pod("p", ctr("a", "1"), ctr("b"), budget=pod_level("1"))
     found = empty_shared_pool_violation(
         the_pod, {"memory": 1024}, lambda c: {"memory": 1024} if c.name == "a" else {}
     )
@@ -785,10 +798,10 @@ def test_empty_shared_pool_violation_is_generic_over_the_unit() -> None:
 
 def test_allocate_pod_is_idempotent_and_rejections_change_nothing() -> None:
     p = policy(DUAL_HT)
-    the_pod = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget="4")
+    the_pod = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget=pod_level("4"))
     once = p.allocate_pod(p.initial_state(), the_pod, numa(0))
     assert p.allocate_pod(once, the_pod, numa(1)) is once
-    big = pod("big", ctr("main", "8"), ctr("side", kind=SIDECAR), budget="9")
+    big = pod("big", ctr("main", "8"), ctr("side", kind=SIDECAR), budget=pod_level("9"))
     with pytest.raises(UnexpectedAdmissionError, match="requested=9, available=7"):
         p.allocate_pod(once, big, ANY)
     check_invariants(p, once)
@@ -796,10 +809,10 @@ def test_allocate_pod_is_idempotent_and_rejections_change_nothing() -> None:
 
 def test_allocate_pod_checks_smt_alignment_on_the_pod_total() -> None:
     p = policy(DUAL_HT, "0", {"full-pcpus-only": "true"})
-    odd = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget="3")
+    odd = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget=pod_level("3"))
     with pytest.raises(SMTAlignmentError, match="requested 3 cpus not multiple cpus per core = 2"):
         p.allocate_pod(p.initial_state(), odd, ANY)
-    even = pod("p", ctr("main", "1"), ctr("side", kind=SIDECAR), budget="4")
+    even = pod("p", ctr("main", "1"), ctr("side", kind=SIDECAR), budget=pod_level("4"))
     s = p.allocate_pod(p.initial_state(), even, numa(1))
     assert s.pod_entries["p"] == CPUSet.parse("1,3,7,9")
 
@@ -809,12 +822,12 @@ def test_allocate_pod_inputs() -> None:
     s = p.initial_state()
     with pytest.raises(InputError, match=r"declares no \.spec\.resources"):
         p.allocate_pod(s, pod("p", ctr("a", "2")), ANY)
-    assert p.allocate_pod(s, pod("p", ctr("a", "2"), budget="2500m"), ANY) is s
+    assert p.allocate_pod(s, pod("p", ctr("a", "2"), budget=pod_level("2500m")), ANY) is s
 
 
 def test_container_scope_with_pod_level_resources_takes_slices_from_the_node() -> None:
     p = policy(DUAL_HT)
-    the_pod = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget="4")
+    the_pod = pod("p", ctr("main", "2"), ctr("side", kind=SIDECAR), budget=pod_level("4"))
     s = p.initial_state()
     for container in the_pod.all_containers:
         s = p.allocate(s, the_pod, container, numa(1))
@@ -843,7 +856,9 @@ def test_remove_container_on_the_container_path_keeps_cpus_siblings_hold() -> No
 
 def test_remove_container_releases_the_bubble_with_the_last_entry() -> None:
     p = policy(DUAL_HT)
-    the_pod = pod("p", ctr("init", kind=INIT), ctr("main", "2"), ctr("side", kind=SIDECAR), budget="4")
+    the_pod = pod(
+        "p", ctr("init", kind=INIT), ctr("main", "2"), ctr("side", kind=SIDECAR), budget=pod_level("4")
+    )
     s = p.allocate_pod(p.initial_state(), the_pod, numa(1))
     bubble = s.pod_entries["p"]
     for name in ("init", "main"):
@@ -894,9 +909,8 @@ def test_many_pods_keep_the_invariants_and_come_back_to_the_start() -> None:
     for i in range(40):
         if i % 2:
             main = 1 + i % 3
-            the_pod = pod(
-                f"pl{i}", ctr("main", str(main)), ctr("side", kind=SIDECAR), budget=str(main + 1 + i % 4)
-            )
+            budget = pod_level(str(main + 1 + i % 4))
+            the_pod = pod(f"pl{i}", ctr("main", str(main)), ctr("side", kind=SIDECAR), budget=budget)
             s = p.allocate_pod(s, the_pod, numa(i % 8))
         else:
             the_pod = pod(f"c{i}", ctr("init", "1", INIT), ctr("app", str(1 + i % 4)))
@@ -942,7 +956,7 @@ def workloads(draw: st.DrawFn) -> tuple[int, int, list[tuple[str, Pod]]]:
                 else ctr("side", kind=SIDECAR)
             )
             apps = [ctr(f"a{j}", str(n)) if n else ctr(f"a{j}") for j, n in enumerate(slices)]
-            steps.append(("admit", pod(f"p{i}", sidecar, *apps, budget=str(max(budget, 1)))))
+            steps.append(("admit", pod(f"p{i}", sidecar, *apps, budget=pod_level(str(max(budget, 1))))))
         else:
             sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
             init = ctr("init", str(draw(st.integers(1, 4))), INIT)

@@ -1,8 +1,7 @@
-"""The node engine: the seed's pods under both scopes and every topology policy, refusals, removal, quota."""
+"""The node engine: the documentation's example pods (deploy/examples/) under both scopes and every topology
+policy, refusals, removal, quota."""
 
 from __future__ import annotations
-
-from types import MappingProxyType
 
 import pytest
 
@@ -19,39 +18,35 @@ from podlevel.engine.manager import (
     Assignment,
     ContainerDecision,
     Engine,
-    EngineConfig,
     NodeState,
     PodDecision,
 )
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.pod import ContainerKind, Pod
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.engine.topology_manager import Scope, TopologyPolicyName
-from podlevel.podspec.manifest import load_pods
-from support.builders import EXAMPLES
+from support.builders import (
+    GI,
+    SMALL,
+    app,
+    burstable,
+    example,
+    guaranteed,
+    init,
+    new_engine,
+    pod,
+    sidecar,
+)
 
-GI = 2**30
-MI = 2**20
-# 16 CPUs: node 0 = cores 0-3 (CPUs 0-3 and their siblings 8-11), node 1 = CPUs 4-7,12-15. The first core
-# is reserved, as `simulate` does by default, so node 0 has 6 assignable CPUs and node 1 has 8.
-SMALL = "sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per-core=2"
-FIRST_CORE = CPUSet.parse("0,8")
 POLICIES = list(TopologyPolicyName)
-RESERVED_MEMORY = MappingProxyType({0: MappingProxyType({"memory": 100 * MI})})
-
-
-def example(name: str) -> Pod:
-    [pod] = load_pods((EXAMPLES / f"{name}.yaml").read_text())
-    return pod
 
 
 def engine(
     scope: Scope = Scope.POD,
     policy: TopologyPolicyName = TopologyPolicyName.SINGLE_NUMA_NODE,
-    spec: str = SMALL,
     **config: object,
 ) -> Engine:
-    settings: dict[str, object] = {"reserved_memory": RESERVED_MEMORY, "reserved_cpus": FIRST_CORE, **config}
-    return Engine(from_spec(spec), EngineConfig(scope=scope, topology_policy=policy, **settings))  # type: ignore[arg-type]
+    """The default engine on SMALL (first core reserved, as `simulate` does) in `scope` under `policy`."""
+    return new_engine(scope=scope, topology_policy=policy, **config)
 
 
 def by_name(decision: PodDecision) -> dict[str, ContainerDecision]:
@@ -62,25 +57,11 @@ def one_numa_node(topology: Topology, cpus: CPUSet) -> bool:
     return len(topology.numa_nodes_of(cpus)) == 1
 
 
-def guaranteed(cpu: int, memory: int) -> Resources:
-    values = {"cpu": cpu, "memory": memory}
-    return Resources(requests=MappingProxyType(values), limits=MappingProxyType(dict(values)))
-
-
-def pod(
-    name: str,
-    budget: Resources | None,
-    *containers: Container,
-    init: tuple[Container, ...] = (),
-) -> Pod:
-    return Pod(uid=f"uid-{name}", name=name, resources=budget, init_containers=init, containers=containers)
-
-
 def memory_free(state: NodeState, node: int) -> int:
     return state.memory.machine[node].memory_map["memory"].free
 
 
-# -- the seed's three pods -----------------------------------------------------------------------------
+# -- the documentation's three example pods -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=str)
@@ -96,8 +77,8 @@ def test_pod_scope_mixed_under_pod_scope(policy: TopologyPolicyName) -> None:
     main = containers["main-app"]
     assert main.assignment is Assignment.POD_EXCLUSIVE and len(main.cpus) == 2 and main.cpus.is_subset(bubble)
     assert (main.cpu_quota_us, main.cpu_period_us) == (-1, CFS_PERIOD_US)
-    for sidecar in ("metrics-sidecar", "logging-sidecar"):
-        shared = containers[sidecar]
+    for name in ("metrics-sidecar", "logging-sidecar"):
+        shared = containers[name]
         assert shared.kind is ContainerKind.SIDECAR
         assert shared.assignment is Assignment.POD_SHARED
         assert shared.cpus == bubble - main.cpus
@@ -132,9 +113,9 @@ def test_empty_shared_pool_is_refused_under_pod_scope(policy: TopologyPolicyName
 def test_an_empty_memory_shared_pool_is_named_when_the_cpus_keep_theirs(policy: TopologyPolicyName) -> None:
     """A non-integer CPU request keeps `app` out of the exclusive CPUs, but its memory takes the budget."""
     eng = engine(Scope.POD, policy)
-    app = Container("app", resources=guaranteed(1500, 4 * GI))
+    hog = pod("memory-hog", app("app", guaranteed(1500, 4 * GI)), app("log"), budget=guaranteed(4000, 4 * GI))
     with pytest.raises(EmptyPodSharedPoolError) as caught:
-        eng.admit(eng.initial_state(), pod("memory-hog", guaranteed(4000, 4 * GI), app, Container("log")))
+        eng.admit(eng.initial_state(), hog)
     assert caught.value.message == (
         f"pod default/memory-hog: exclusive containers take {4 * GI} of the pod's {4 * GI} bytes of memory, "
         "leaving an empty pod shared pool for log (empty pod shared pool rule)"
@@ -204,7 +185,7 @@ def test_pod_scope_mixed_under_container_scope_is_the_hybrid_model(policy: Topol
 def test_pod_budget_larger_than_a_numa_node_is_refused_with_numbers() -> None:
     eng = engine()
     state = eng.initial_state()
-    big = pod("big", guaranteed(10_000, GI), Container("c"))
+    big = pod("big", app("c"), budget=guaranteed(10_000, GI))
     with pytest.raises(TopologyAffinityError) as caught:
         eng.admit(state, big)
     message = caught.value.message
@@ -215,14 +196,14 @@ def test_pod_budget_larger_than_a_numa_node_is_refused_with_numbers() -> None:
 
 def test_the_same_pod_fits_across_nodes_under_best_effort() -> None:
     eng = engine(policy=TopologyPolicyName.BEST_EFFORT)
-    _, decision = eng.admit(eng.initial_state(), pod("big", guaranteed(10_000, GI), Container("c")))
+    _, decision = eng.admit(eng.initial_state(), pod("big", app("c"), budget=guaranteed(10_000, GI)))
     assert decision.bubble_cpus is not None and len(decision.bubble_cpus) == 10
 
 
 def test_container_scope_refusal_has_no_pod_scope_prefix() -> None:
     eng = engine(Scope.CONTAINER)
     with pytest.raises(TopologyAffinityError) as caught:
-        eng.admit(eng.initial_state(), pod("big", None, Container("c", resources=guaranteed(10_000, GI))))
+        eng.admit(eng.initial_state(), pod("big", app("c", guaranteed(10_000, GI))))
     assert caught.value.message.startswith("Resources cannot be allocated with Topology locality: requested")
 
 
@@ -230,7 +211,7 @@ def test_a_refused_pod_changes_nothing() -> None:
     eng = engine()
     state, _ = eng.admit(eng.initial_state(), example("pod-scope-mixed"))
     before = NodeState(state.cpu, state.memory, dict(state.pods), dict(state.removed))
-    for refused in (example("empty-shared-pool"), pod("big", guaranteed(10_000, GI), Container("c"))):
+    for refused in (example("empty-shared-pool"), pod("big", app("c"), budget=guaranteed(10_000, GI))):
         with pytest.raises((EmptyPodSharedPoolError, TopologyAffinityError)):
             eng.admit(state, refused)
     assert state == before
@@ -241,13 +222,13 @@ def test_full_pcpus_only_refuses_an_odd_pod_budget() -> None:
     options = CPUManagerOptions.parse({"full-pcpus-only": "true"}, topology, "single-numa-node")
     eng = engine(cpu_options=options)
     with pytest.raises(SMTAlignmentError):
-        eng.admit(eng.initial_state(), pod("odd", guaranteed(3000, GI), Container("c")))
+        eng.admit(eng.initial_state(), pod("odd", app("c"), budget=guaranteed(3000, GI)))
 
 
 def test_an_allocation_failure_without_alignment_is_unexpected() -> None:
     eng = engine(policy=TopologyPolicyName.NONE)
     with pytest.raises(UnexpectedAdmissionError) as caught:
-        eng.admit(eng.initial_state(), pod("huge", guaranteed(20_000, GI), Container("c")))
+        eng.admit(eng.initial_state(), pod("huge", app("c"), budget=guaranteed(20_000, GI)))
     assert caught.value.message.startswith("Allocate failed due to ")
 
 
@@ -264,21 +245,21 @@ def test_admission_is_idempotent() -> None:
 def test_bubble_is_released_only_with_the_last_container() -> None:
     eng = engine()
     start = eng.initial_state()
-    seed = example("pod-scope-mixed")
-    state, decision = eng.admit(start, seed)
+    mixed = example("pod-scope-mixed")
+    state, decision = eng.admit(start, mixed)
     assert decision.bubble_cpus is not None
-    state = eng.remove_container(state, seed.uid, "main-app")
-    state = eng.remove_container(state, seed.uid, "metrics-sidecar")
-    left = eng.decision(state, seed.uid)
+    state = eng.remove_container(state, mixed.uid, "main-app")
+    state = eng.remove_container(state, mixed.uid, "metrics-sidecar")
+    left = eng.decision(state, mixed.uid)
     assert left.bubble_cpus == decision.bubble_cpus
     assert [c.name for c in left.containers] == ["logging-sidecar"]
     assert eng.node_shared_pool(state).is_disjoint(decision.bubble_cpus)
-    state = eng.remove_container(state, seed.uid, "logging-sidecar")
-    assert seed.uid not in state.pods and seed.uid not in state.removed
+    state = eng.remove_container(state, mixed.uid, "logging-sidecar")
+    assert mixed.uid not in state.pods and mixed.uid not in state.removed
     assert eng.node_shared_pool(state) == eng.topology.all_cpus
     assert state.memory.machine == start.memory.machine
     with pytest.raises(KeyError):
-        eng.decision(state, seed.uid)
+        eng.decision(state, mixed.uid)
 
 
 def test_removing_unknown_things_changes_nothing() -> None:
@@ -305,10 +286,10 @@ def test_remove_pod_returns_everything(scope: Scope) -> None:
 
 def test_re_admission_after_removal_allocates_again() -> None:
     eng = engine()
-    seed = example("pod-scope-mixed")
-    state, first = eng.admit(eng.initial_state(), seed)
-    state = eng.remove_pod(state, seed.uid)
-    _, second = eng.admit(state, seed)
+    mixed = example("pod-scope-mixed")
+    state, first = eng.admit(eng.initial_state(), mixed)
+    state = eng.remove_pod(state, mixed.uid)
+    _, second = eng.admit(state, mixed)
     assert second.bubble_cpus == first.bubble_cpus
 
 
@@ -324,7 +305,7 @@ def test_node_shared_view_follows_later_admissions() -> None:
 
 def test_reserved_cpus_are_never_handed_out() -> None:
     reserved = CPUSet.parse("0-2,8-10")
-    eng = engine(reserved_cpus=reserved)
+    eng = new_engine("0-2,8-10")
     state, decision = eng.admit(eng.initial_state(), example("pod-scope-mixed"))
     assert decision.bubble_cpus is not None and decision.bubble_cpus.is_disjoint(reserved)
     assert eng.topology.numa_nodes_of(decision.bubble_cpus) == (1,)
@@ -337,9 +318,7 @@ def test_reserved_cpus_are_never_handed_out() -> None:
 
 def classic_pod(*millicpus: int) -> Pod:
     """A pod without a budget whose containers are all Guaranteed: the kubelet's classic pod scope."""
-    return pod(
-        "classic", None, *(Container(f"c{i}", resources=guaranteed(m, GI)) for i, m in enumerate(millicpus))
-    )
+    return pod("classic", *(app(f"c{i}", guaranteed(m, GI)) for i, m in enumerate(millicpus)))
 
 
 def test_classic_pod_scope_aligns_all_guaranteed_containers_on_one_node() -> None:
@@ -364,8 +343,7 @@ def test_classic_pod_scope_refuses_containers_that_do_not_fit_together() -> None
 
 def test_burstable_pod_stays_in_the_node_shared_pool() -> None:
     eng = engine()
-    burstable = Resources(requests=MappingProxyType({"cpu": 500}))
-    _, decision = eng.admit(eng.initial_state(), pod("b", None, Container("c", resources=burstable)))
+    _, decision = eng.admit(eng.initial_state(), pod("b", app("c", burstable(500))))
     [c] = decision.containers
     assert c.assignment is Assignment.NODE_SHARED and c.cpus == eng.topology.all_cpus
     assert c.cpu_quota_us is None and c.mems == (0, 1)
@@ -376,13 +354,11 @@ def test_pod_shared_quota_counts_only_the_slices_running_beside_each_container()
     eng = engine()
     shaped = pod(
         "q",
-        guaranteed(6000, 4 * GI),
-        Container("a", resources=guaranteed(2000, GI)),
-        Container("b"),
-        init=(
-            Container("s", ContainerKind.SIDECAR, guaranteed(1000, GI)),
-            Container("i", ContainerKind.INIT),
-        ),
+        sidecar("s", guaranteed(1000, GI)),
+        init("i"),
+        app("a", guaranteed(2000, GI)),
+        app("b"),
+        budget=guaranteed(6000, 4 * GI),
     )
     _, decision = eng.admit(eng.initial_state(), shaped)
     containers = by_name(decision)
@@ -394,7 +370,7 @@ def test_pod_shared_quota_counts_only_the_slices_running_beside_each_container()
 
 def test_fractional_budget_leaves_the_pod_in_the_node_shared_pool() -> None:
     eng = engine()
-    _, decision = eng.admit(eng.initial_state(), pod("f", guaranteed(1500, GI), Container("c")))
+    _, decision = eng.admit(eng.initial_state(), pod("f", app("c"), budget=guaranteed(1500, GI)))
     assert decision.bubble_cpus is None
     assert decision.containers[0].assignment is Assignment.NODE_SHARED
 

@@ -20,16 +20,16 @@ from podlevel.engine.memory_policy import (
     container_requests,
     pod_requests,
 )
-from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.pod import Pod, Resources
 from podlevel.engine.topology import CPUInfo, NUMANode, Topology
 from podlevel.engine.topology_manager import TopologyHint
+from support.builders import GI, MI, app, burstable, guaranteed, init, pod, sidecar
 
-MI = 2**20
-GI = 2**30
 HP1G = "hugepages-1Gi"
 HP2M = "hugepages-2Mi"
 ANY = TopologyHint(None, False)
 ANY_PREFERRED = TopologyHint(None, True)
+BURSTABLE = burstable(1000, GI, cpu_limit=1000, memory_limit=2 * GI)
 
 
 def machine(*nodes: tuple[int, Mapping[int, int]]) -> Topology:
@@ -46,37 +46,6 @@ def policy(*nodes: tuple[int, Mapping[int, int]], reserved: int = 512 * MI) -> S
     return StaticMemoryPolicy(machine(*nodes), {i: {"memory": reserved} for i in range(len(nodes))})
 
 
-def guaranteed(cpu: int = 1000, memory: int = GI, **pages: int) -> Resources:
-    amounts = {
-        "cpu": cpu,
-        "memory": memory,
-        **{f"hugepages-{k.removeprefix('hp')}": v for k, v in pages.items()},
-    }
-    return Resources(amounts, amounts)
-
-
-def burstable() -> Resources:
-    return Resources({"cpu": 1000, "memory": GI}, {"cpu": 1000, "memory": 2 * GI})
-
-
-def pod(
-    uid: str, *containers: Container, init: tuple[Container, ...] = (), budget: Resources | None = None
-) -> Pod:
-    return Pod(uid, uid, resources=budget, init_containers=init, containers=containers)
-
-
-def app(name: str, resources: Resources | None = None) -> Container:
-    return Container(name, ContainerKind.APP, resources or Resources())
-
-
-def sidecar(name: str, resources: Resources | None = None) -> Container:
-    return Container(name, ContainerKind.SIDECAR, resources or Resources())
-
-
-def init(name: str, resources: Resources | None = None) -> Container:
-    return Container(name, ContainerKind.INIT, resources or Resources())
-
-
 def hint(*nodes: int, preferred: bool = True) -> TopologyHint:
     return TopologyHint(mask_of(nodes), preferred)
 
@@ -91,8 +60,8 @@ def block(nodes: tuple[int, ...], name: str, size: int) -> MemoryBlock:
     return MemoryBlock(nodes, name, size)
 
 
-POD1 = pod("pod1", app("container1", guaranteed(memory=GI, hp1Gi=GI)))
-POD2 = pod("pod2", app("container2", guaranteed(memory=GI, hp1Gi=GI)))
+POD1 = pod("pod1", app("container1", guaranteed(memory=GI, hugepages_1Gi=GI)))
+POD2 = pod("pod2", app("container2", guaranteed(memory=GI, hugepages_1Gi=GI)))
 
 
 def admit(p: StaticMemoryPolicy, state: MemoryState, target: Pod, affinity: TopologyHint) -> MemoryState:
@@ -181,9 +150,10 @@ def _requests(memory: int, pages: int) -> Resources:
         pytest.param(
             pod(
                 "p",
+                init("i1", _requests(GI, GI)),
+                init("i2", _requests(4 * GI, 4 * GI)),
                 app("c1", _requests(GI, GI)),
                 app("c2", _requests(2 * GI, 2 * GI)),
-                init=(init("i1", _requests(GI, GI)), init("i2", _requests(4 * GI, 4 * GI))),
             ),
             {"memory": 4 * GI, HP1G: 4 * GI},
             id="maximum of init containers > total of containers",
@@ -191,9 +161,10 @@ def _requests(memory: int, pages: int) -> Resources:
         pytest.param(
             pod(
                 "p",
+                init("i1", _requests(GI, GI)),
+                init("i2", _requests(3 * GI, 3 * GI)),
                 app("c1", _requests(2 * GI, 2 * GI)),
                 app("c2", _requests(3 * GI, 3 * GI)),
-                init=(init("i1", _requests(GI, GI)), init("i2", _requests(3 * GI, 3 * GI))),
             ),
             {"memory": 5 * GI, HP1G: 5 * GI},
             id="maximum of init containers < total of containers",
@@ -201,9 +172,10 @@ def _requests(memory: int, pages: int) -> Resources:
         pytest.param(
             pod(
                 "p",
+                init("i1", _requests(GI, GI)),
+                init("i2", _requests(3 * GI, 4 * GI)),
                 app("c1", _requests(2 * GI, GI)),
                 app("c2", _requests(3 * GI, 2 * GI)),
-                init=(init("i1", _requests(GI, GI)), init("i2", _requests(3 * GI, 4 * GI))),
             ),
             {"memory": 5 * GI, HP1G: 4 * GI},
             id="different resources independently",
@@ -211,9 +183,10 @@ def _requests(memory: int, pages: int) -> Resources:
         pytest.param(
             pod(
                 "p",
+                sidecar("r1", _requests(2 * GI, 2 * GI)),
+                init("i2", _requests(4 * GI, 4 * GI)),
                 app("c1", _requests(GI, GI)),
                 app("c2", _requests(2 * GI, 2 * GI)),
-                init=(sidecar("r1", _requests(2 * GI, 2 * GI)), init("i2", _requests(4 * GI, 4 * GI))),
             ),
             {"memory": 6 * GI, HP1G: 6 * GI},
             id="init peak beside a sidecar > long-running containers",
@@ -221,15 +194,16 @@ def _requests(memory: int, pages: int) -> Resources:
         pytest.param(
             pod(
                 "p",
+                sidecar("r1", _requests(2 * GI, 2 * GI)),
+                init("i2", _requests(4 * GI, 4 * GI)),
                 app("c1", _requests(2 * GI, 2 * GI)),
                 app("c2", _requests(3 * GI, 3 * GI)),
-                init=(sidecar("r1", _requests(2 * GI, 2 * GI)), init("i2", _requests(4 * GI, 4 * GI))),
             ),
             {"memory": 7 * GI, HP1G: 7 * GI},
             id="init peak beside a sidecar < long-running containers",
         ),
         pytest.param(
-            pod("p", app("c1", Resources({"memory": GI})), init=(init("i1", _requests(GI, GI)),)),
+            pod("p", init("i1", _requests(GI, GI)), app("c1", Resources({"memory": GI}))),
             {"memory": GI},
             id="a resource only init containers ask for is not counted",
         ),
@@ -256,7 +230,7 @@ FOUR_NODES = tuple((3 * GI, {GI: 1}) for _ in range(4))
 
 def test_no_hints_for_non_guaranteed_pods() -> None:
     p = policy((3 * GI, {GI: 1}))
-    target = pod("pod1", app("container1", burstable()))
+    target = pod("pod1", app("container1", BURSTABLE))
     assert p.container_hints(p.initial_state(), target, target.containers[0]) is None
     assert p.pod_hints(p.initial_state(), target) is None
 
@@ -290,7 +264,7 @@ def test_new_hints_skip_nodes_grouped_with_others() -> None:
     """Kubelet "should calculate new topology hints ...": pod1 holds a group over nodes 0 and 1, so
     pod2 fits on node 2, node 3 or both."""
     p = policy(*FOUR_NODES)
-    first = pod("pod1", app("container1", guaranteed(memory=2 * GI, hp1Gi=2 * GI)))
+    first = pod("pod1", app("container1", guaranteed(memory=2 * GI, hugepages_1Gi=2 * GI)))
     state = admit(p, p.initial_state(), first, hint(0, 1))
     assert table(state, 0) == (0, 1536 * MI) and table(state, 1) == (GI, 512 * MI)
     assert state.machine[0].cells == state.machine[1].cells == (0, 1)
@@ -302,10 +276,10 @@ def test_multi_node_hints_are_not_preferred_when_one_node_would_do() -> None:
     """Kubelet "should not return preferred hints with multiple NUMA nodes for the pod with resources
     satisfied by a single NUMA node": only the existing group has room; one node would have been enough."""
     p = policy(*TWO_PAIRED)
-    first = pod("pod1", app("container1", guaranteed(memory=2 * GI, hp2Mi=24 * MI)))
+    first = pod("pod1", app("container1", guaranteed(memory=2 * GI, hugepages_2Mi=24 * MI)))
     state = admit(p, p.initial_state(), first, hint(0, 1))
     assert table(state, 0, HP2M) == (0, 20 * MI) and table(state, 1, HP2M) == (16 * MI, 4 * MI)
-    second = pod("pod2", app("container2", guaranteed(memory=GI, hp2Mi=16 * MI)))
+    second = pod("pod2", app("container2", guaranteed(memory=GI, hugepages_2Mi=16 * MI)))
     expected = [hint(0, 1, preferred=False)]
     assert p.container_hints(state, second, second.containers[0]) == {"memory": expected, HP2M: expected}
 
@@ -355,7 +329,7 @@ def test_allocate_with_no_affinity_uses_the_default_hint() -> None:
 
 def test_allocate_is_a_no_op_for_non_guaranteed_pods_and_idempotent() -> None:
     p = policy((3 * GI, {GI: 1}))
-    target = pod("pod1", app("container1", burstable()))
+    target = pod("pod1", app("container1", BURSTABLE))
     assert p.allocate(p.initial_state(), target, target.containers[0], ANY) is p.initial_state()
     state = p.allocate(p.initial_state(), POD1, POD1.containers[0], ANY)
     assert p.allocate(state, POD1, POD1.containers[0], hint(0)) == state
@@ -472,8 +446,9 @@ def test_init_container_memory_is_reused_by_the_app_container() -> None:
     p = policy((8 * GI, {}))
     target = pod(
         "p",
+        init("i1", guaranteed(memory=GI)),
+        init("i2", guaranteed(memory=3 * GI)),
         app("app", guaranteed(memory=2 * GI)),
-        init=(init("i1", guaranteed(memory=GI)), init("i2", guaranteed(memory=3 * GI))),
     )
     state = admit(p, p.initial_state(), target, hint(0))
     assert table(state, 0) == (7680 * MI - 3 * GI, 3 * GI)
@@ -488,14 +463,14 @@ def test_init_container_memory_is_reused_by_the_app_container() -> None:
 
 def test_sidecar_memory_is_not_reused() -> None:
     p = policy((8 * GI, {}))
-    target = pod("p", app("app", guaranteed(memory=2 * GI)), init=(sidecar("s", guaranteed(memory=GI)),))
+    target = pod("p", sidecar("s", guaranteed(memory=GI)), app("app", guaranteed(memory=2 * GI)))
     state = admit(p, p.initial_state(), target, hint(0))
     assert table(state, 0)[1] == 3 * GI
 
 
 def test_only_the_last_pod_keeps_reusable_init_memory() -> None:
     p = policy((8 * GI, {}))
-    first = pod("a", app("app", guaranteed(memory=GI)), init=(init("i", guaranteed(memory=2 * GI)),))
+    first = pod("a", init("i", guaranteed(memory=2 * GI)), app("app", guaranteed(memory=GI)))
     state = p.allocate(p.initial_state(), first, first.init_containers[0], hint(0))
     assert state.init_reusable == {"a": {1: {"memory": 2 * GI}}}
     other = pod("b", app("app", guaranteed(memory=GI)))
@@ -534,22 +509,24 @@ def test_remove_one_of_two_blocks_keeps_the_group() -> None:
 BUDGET_4 = guaranteed(cpu=4000, memory=4 * GI)
 POD_SCOPE_MIXED = pod(
     "mixed",
+    sidecar("metrics-sidecar"),
+    sidecar("logging-sidecar"),
     app("main-app", guaranteed(cpu=2000, memory=2 * GI)),
-    init=(sidecar("metrics-sidecar"), sidecar("logging-sidecar")),
     budget=BUDGET_4,
 )
 EMPTY_SHARED_POOL = pod(
     "empty",
+    sidecar("metrics-sidecar", guaranteed(memory=GI)),
+    sidecar("logging-sidecar"),
     app("main-app", guaranteed(cpu=3000, memory=3 * GI)),
-    init=(sidecar("metrics-sidecar", guaranteed(memory=GI)), sidecar("logging-sidecar")),
     budget=BUDGET_4,
 )
 EIGHT_GI: tuple[tuple[int, dict[int, int]], ...] = ((9 * GI, {}), (9 * GI, {}))
 
 
 def test_pod_scope_mixed_partitions_the_budget() -> None:
-    """The seed's pod-scope-mixed pod: main-app gets 2Gi, the sidecars share the other 2Gi, and the node is
-    charged once with the 4Gi budget."""
+    """The documentation's pod-scope-mixed example (deploy/examples/): main-app gets 2Gi, the sidecars share
+    the other 2Gi, and the node is charged once with the 4Gi budget."""
     p = policy(*EIGHT_GI, reserved=GI)
     assert p.pod_hints(p.initial_state(), POD_SCOPE_MIXED) == {
         "memory": [hint(0), hint(1), hint(0, 1, preferred=False)]
@@ -568,8 +545,8 @@ def test_pod_scope_mixed_partitions_the_budget() -> None:
 
 
 def test_empty_shared_pool_is_refused() -> None:
-    """The seed's empty-shared-pool pod: 1Gi + 3Gi exclusive of a 4Gi budget leaves nothing for
-    logging-sidecar."""
+    """The documentation's empty-shared-pool example (deploy/examples/): 1Gi + 3Gi exclusive of a 4Gi budget
+    leaves nothing for logging-sidecar."""
     p = policy(*EIGHT_GI, reserved=GI)
     assert p.pod_hints(p.initial_state(), EMPTY_SHARED_POOL) == {"memory": []}
     with pytest.raises(
@@ -605,8 +582,8 @@ def test_empty_shared_pool_is_refused() -> None:
         pytest.param(
             pod(
                 "p",
+                init("i", guaranteed(memory=5 * GI)),
                 app("a", guaranteed(memory=GI)),
-                init=(init("i", guaranteed(memory=5 * GI)),),
                 budget=guaranteed(cpu=4000, memory=6 * GI),
             ),
             None,
@@ -615,8 +592,9 @@ def test_empty_shared_pool_is_refused() -> None:
         pytest.param(
             pod(
                 "p",
+                sidecar("s", guaranteed(memory=3 * GI)),
+                init("i", guaranteed(memory=2 * GI)),
                 app("a"),
-                init=(sidecar("s", guaranteed(memory=3 * GI)), init("i", guaranteed(memory=2 * GI))),
                 budget=BUDGET_4,
             ),
             "init container 'i' needs 2147483648 bytes of memory but only 1073741824",
@@ -625,8 +603,9 @@ def test_empty_shared_pool_is_refused() -> None:
         pytest.param(
             pod(
                 "p",
+                sidecar("s", guaranteed(memory=4 * GI)),
+                init("i"),
                 app("a", guaranteed(memory=GI)),
-                init=(sidecar("s", guaranteed(memory=4 * GI)), init("i")),
                 budget=BUDGET_4,
             ),
             "init container 'i' needs the pod shared pool but the sidecars before it take 4294967296",
@@ -635,7 +614,7 @@ def test_empty_shared_pool_is_refused() -> None:
         pytest.param(
             pod(
                 "p",
-                app("a", Resources({"cpu": 1000, "memory": 4 * GI}, {"memory": 4 * GI})),
+                app("a", burstable(1000, 4 * GI, memory_limit=4 * GI)),
                 app("b"),
                 budget=BUDGET_4,
             ),
@@ -645,12 +624,9 @@ def test_empty_shared_pool_is_refused() -> None:
         pytest.param(
             pod(
                 "p",
+                sidecar("s", guaranteed(memory=GI, hugepages_2Mi=64 * MI)),
                 app("a", guaranteed(memory=GI)),
-                init=(sidecar("s", guaranteed(memory=GI, hp2Mi=64 * MI)),),
-                budget=Resources(
-                    {"cpu": 4000, "memory": 4 * GI, HP2M: 64 * MI},
-                    {"cpu": 4000, "memory": 4 * GI, HP2M: 64 * MI},
-                ),
+                budget=guaranteed(4000, 4 * GI, hugepages_2Mi=64 * MI),
             ),
             None,
             id="an exclusive container without hugepages does not need the shared hugepages",
@@ -671,14 +647,12 @@ def test_pod_partition_with_init_containers_and_sidecars() -> None:
     budget = guaranteed(cpu=8000, memory=8 * GI)
     target = pod(
         "p",
+        init("setup"),
+        sidecar("proxy", guaranteed(memory=GI)),
+        init("migrate", guaranteed(memory=3 * GI)),
+        sidecar("log"),
         app("main", guaranteed(memory=2 * GI)),
         app("helper"),
-        init=(
-            init("setup"),
-            sidecar("proxy", guaranteed(memory=GI)),
-            init("migrate", guaranteed(memory=3 * GI)),
-            sidecar("log"),
-        ),
         budget=budget,
     )
     p = policy(*EIGHT_GI, reserved=GI)
@@ -731,7 +705,7 @@ def test_pod_level_container_scope_pins_only_equivalent_guaranteed_containers() 
 
 def test_non_guaranteed_pods_are_left_alone() -> None:
     p = policy(*EIGHT_GI, reserved=GI)
-    burst = pod("b", app("c"), budget=Resources({"cpu": 1000, "memory": GI}, {"cpu": 2000, "memory": 2 * GI}))
+    burst = pod("b", app("c"), budget=burstable(1000, GI, cpu_limit=2000, memory_limit=2 * GI))
     assert p.allocate_pod(p.initial_state(), burst, ANY) is p.initial_state()
     assert p.pod_hints(p.initial_state(), burst) is None
 
@@ -744,7 +718,7 @@ def test_check_state_accepts_what_the_policy_built() -> None:
     full, node 1 partly), a single-node allocation on node 2 and an untouched node 3."""
     p = policy(*FOUR_NODES)
     state = admit(
-        p, p.initial_state(), pod("a", app("c", guaranteed(memory=2 * GI, hp1Gi=2 * GI))), hint(0, 1)
+        p, p.initial_state(), pod("a", app("c", guaranteed(memory=2 * GI, hugepages_1Gi=2 * GI))), hint(0, 1)
     )
     built = p.allocate(state, POD2, POD2.containers[0], hint(2))
     assert [(built.machine[n].assignments, built.machine[n].cells) for n in range(4)] == [
@@ -781,7 +755,7 @@ def test_check_state_accepts_what_the_policy_built() -> None:
 def test_check_state_names_the_difference(tamper: object, message: str) -> None:
     p = policy(*FOUR_NODES)
     state = admit(
-        p, p.initial_state(), pod("a", app("c", guaranteed(memory=2 * GI, hp1Gi=2 * GI))), hint(0, 1)
+        p, p.initial_state(), pod("a", app("c", guaranteed(memory=2 * GI, hugepages_1Gi=2 * GI))), hint(0, 1)
     )
     assert callable(tamper)
     with pytest.raises(InputError, match=message):
@@ -818,7 +792,7 @@ def workloads(draw: st.DrawFn) -> Steps:
         nodes = draw(st.sets(st.integers(0, 2), max_size=3))
         target_hint = TopologyHint(mask_of(nodes) if nodes else None, draw(st.booleans()))
         containers = (
-            app("c", guaranteed(memory=memory, hp1Gi=pages) if pages else guaranteed(memory=memory)),
+            app("c", guaranteed(memory=memory, hugepages_1Gi=pages) if pages else guaranteed(memory=memory)),
         )
         if draw(st.booleans()):
             target = pod(
@@ -829,7 +803,7 @@ def workloads(draw: st.DrawFn) -> Steps:
             )
             steps.append(("pod", target, target_hint))
         else:
-            target = pod(f"p{index}", *containers, init=(init("i", guaranteed(memory=memory)),))
+            target = pod(f"p{index}", init("i", guaranteed(memory=memory)), *containers)
             steps.append(("containers", target, target_hint))
         admitted.append(target)
     return steps
@@ -913,7 +887,7 @@ def test_hints_are_the_masks_every_rule_allows(steps: Steps, memory: int, pages:
     """On every state a sequence leaves, for a new container of each pod (whose init containers' memory it
     may reuse) and of a pod never seen."""
     p = policy((6 * GI, {GI: 2}), (6 * GI, {GI: 2}), (6 * GI, {GI: 2}))
-    resources = guaranteed(memory=memory, hp1Gi=pages) if pages else guaranteed(memory=memory)
+    resources = guaranteed(memory=memory, hugepages_1Gi=pages) if pages else guaranteed(memory=memory)
     names = ["memory", HP1G] if pages else ["memory"]
     uids = ["new", *(str(step[1].uid) for step in steps if isinstance(step[1], Pod))]
     for state in replay(p, steps):

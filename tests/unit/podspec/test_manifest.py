@@ -14,21 +14,20 @@ from podlevel.podspec.manifest import (
     pod_from_manifest,
     to_annotation,
 )
-from support.builders import EXAMPLES
-
-GI = 2**30
+from support.builders import EXAMPLES, GI, example
 
 
 def manifest(spec: dict[str, object], **metadata: object) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", **metadata}, "spec": spec}
 
 
-def guaranteed(cpu: object, memory: object) -> dict[str, object]:
+def guaranteed_spec(cpu: object, memory: object) -> dict[str, object]:
+    """A manifest's `resources` with requests equal to limits, in the manifest's own quantities."""
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}}
 
 
-def test_seed_pod_scope_mixed() -> None:
-    [pod] = load_pods((EXAMPLES / "pod-scope-mixed.yaml").read_text())
+def test_the_documentation_pod_scope_mixed_example() -> None:
+    pod = example("pod-scope-mixed")
     assert pod.name == "pod-scope-mixed" and pod.namespace == "default"
     assert pod.resources is not None
     assert dict(pod.resources.requests) == {"cpu": 4000, "memory": 4 * GI}
@@ -43,7 +42,7 @@ def test_seed_pod_scope_mixed() -> None:
     assert pod.qos_class() is QOSClass.GUARANTEED
 
 
-def test_all_seed_examples_load() -> None:
+def test_all_documentation_examples_load() -> None:
     names = sorted(p.name for f in EXAMPLES.glob("*.yaml") for p in load_pods(f.read_text(), str(f)))
     assert {"pod-scope-mixed", "empty-shared-pool", "container-scope-mixed"} <= set(names)
 
@@ -85,8 +84,8 @@ def test_fractional_cpu_on_a_guaranteed_container_is_accepted() -> None:
     pod = pod_from_manifest(
         manifest(
             {
-                "resources": guaranteed("4", "4Gi"),
-                "containers": [{"name": "c", "resources": guaranteed("1.5", "1Gi")}],
+                "resources": guaranteed_spec("4", "4Gi"),
+                "containers": [{"name": "c", "resources": guaranteed_spec("1.5", "1Gi")}],
             }
         )
     )
@@ -156,11 +155,11 @@ def test_init_container_kinds() -> None:
         ),
         pytest.param(
             {
-                "resources": guaranteed("4", "4Gi"),
+                "resources": guaranteed_spec("4", "4Gi"),
                 "initContainers": [
-                    {"name": "s", "restartPolicy": "Always", "resources": guaranteed("2", "1Gi")}
+                    {"name": "s", "restartPolicy": "Always", "resources": guaranteed_spec("2", "1Gi")}
                 ],
-                "containers": [{"name": "a", "resources": guaranteed("3", "1Gi")}],
+                "containers": [{"name": "a", "resources": guaranteed_spec("3", "1Gi")}],
             },
             "pod budget >= aggregate container requests",
             "spec.resources.requests.cpu",
@@ -168,7 +167,7 @@ def test_init_container_kinds() -> None:
         ),
         pytest.param(
             {
-                "resources": guaranteed("2", "4Gi"),
+                "resources": guaranteed_spec("2", "4Gi"),
                 "containers": [
                     {"name": "a", "resources": {"limits": {"cpu": "3"}, "requests": {"cpu": "1"}}}
                 ],
@@ -231,9 +230,9 @@ def test_budget_rule_counts_init_containers_as_a_peak_not_a_sum() -> None:
     pod = pod_from_manifest(
         manifest(
             {
-                "resources": guaranteed("4", "4Gi"),
-                "initContainers": [{"name": "i", "resources": guaranteed("4", "4Gi")}],
-                "containers": [{"name": "a", "resources": guaranteed("3", "3Gi")}],
+                "resources": guaranteed_spec("4", "4Gi"),
+                "initContainers": [{"name": "i", "resources": guaranteed_spec("4", "4Gi")}],
+                "containers": [{"name": "a", "resources": guaranteed_spec("3", "3Gi")}],
             }
         )
     )

@@ -28,10 +28,10 @@ from podlevel.state.formats import (
     decode,
     encode,
 )
+from support.builders import GI
 
 FIXTURES = Path(__file__).parent / "checkpoints"
 POD = "6f1f3a52-3c55-4f0e-9d1b-0a8c2e7f4b11"
-GI = 1 << 30
 
 CPU = CPUCheckpoint(
     "static",
