@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import os
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -98,18 +97,6 @@ def wait_applied(cri: CRI, container_id: str, cpus: str) -> Applied:
         return now if now.cpus == now.allowed == cpus else None
 
     return wait_until(there, APPLY_TIMEOUT_S, f"container {container_id[:12]} on CPUs {cpus}")
-
-
-@pytest.fixture
-def plugin(containerd: Containerd, tmp_path: Path) -> Iterator[PluginProcess]:
-    """`nri-podlevel run` with its defaults (CPU 0 reserved, pod cgroups written), registered with the shared
-    containerd, its checkpoints in a fresh state directory."""
-    process = PluginProcess(containerd.nri_socket, state_dir=tmp_path / "state")
-    try:
-        process.wait_registered()
-        yield process
-    finally:
-        process.stop()
 
 
 def test_exclusive_slice_quota_off_and_node_shared_pool_moved(cri: CRI, plugin: PluginProcess) -> None:
