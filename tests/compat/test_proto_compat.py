@@ -1,17 +1,17 @@
 """The project's .proto subsets stay wire-compatible with upstream.
 
-Upstream NRI and CRI come from Debian's `golang-github-containerd-nri-dev` and
-`golang-github-kubernetes-cri-api-dev` (fetched by hack/fetch-debs into .cache/debian), compiled here
-into descriptors. Every message, field, enum value and method the project declares must exist upstream
-with the same number, type, label and type name. The only exceptions are in NEWER_THAN_DEBIAN: items
-added by NRI releases newer than the Debian package, which must be absent upstream, so the table has to
-shrink when Debian catches up. PodResources has no Debian source; its numbers are pinned from the
-kubelet's api.proto. The ttrpc envelope is checked byte for byte against a captured containerd exchange.
+Upstream NRI, CRI and PodResources come from Debian's `golang-github-containerd-nri-dev`,
+`golang-github-kubernetes-cri-api-dev` and `golang-github-kubernetes-kubelet-dev` (fetched by
+hack/fetch-debs into .cache/debian), compiled here into descriptors. Every message, field, enum value and
+method the project declares must exist upstream with the same number, type, label and type name. The only
+exceptions are in NEWER_THAN_DEBIAN and PODRESOURCES_NEWER_THAN_DEBIAN: items added by releases newer than
+the Debian package, which must be absent upstream, so the tables have to shrink when Debian catches up.
+PodResources numbers are also pinned from the kubelet's api.proto, the pod-level fields included. The ttrpc
+envelope is checked byte for byte against a captured containerd exchange.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,15 +26,12 @@ from podlevel._proto.cri import api_pb2 as cri_pb2
 from podlevel._proto.nri import api_pb2 as nri_pb2
 from podlevel._proto.podresources import api_pb2 as podresources_pb2
 from podlevel._proto.ttrpc import ttrpc_pb2
+from support import debian_protos
+from support.debian_protos import CRI_PROTO, NRI_PROTO, PODRESOURCES_PROTO, versions
 
 pytestmark = pytest.mark.timeout(900)  # the first test pays for apt-get update + download
 
-TOP = Path(__file__).resolve().parents[2]
-DEBIAN_CACHE = TOP / ".cache" / "debian"
-DEBIAN_PACKAGES = ("golang-github-containerd-nri-dev/sid", "golang-github-kubernetes-cri-api-dev/sid")
-GOCODE = Path("usr/share/gocode/src")
-NRI_PROTO = GOCODE / "github.com/containerd/nri/pkg/api/api.proto"
-CRI_PROTO = GOCODE / "k8s.io/cri-api/pkg/apis/runtime/v1/api.proto"
+DEBIAN_PACKAGES = (debian_protos.NRI, debian_protos.CRI, debian_protos.KUBELET)
 
 # Items of proto/nri/api.proto that Debian's NRI (0.8.0 when this was written) predates, keyed as
 # "rpc Service.Method", "field Message.field" or "enum Enum.VALUE", with the NRI release that added them
@@ -175,27 +172,15 @@ def still_newer(ours: Api, upstream: Api, newer: dict[str, str]) -> list[str]:
 @pytest.fixture(scope="session")
 def debian_root() -> Path:
     """Download (or reuse) the Debian -dev packages carrying the upstream .proto files."""
-    run = subprocess.run([str(TOP / "hack" / "fetch-debs"), "--cache", str(DEBIAN_CACHE), *DEBIAN_PACKAGES],
-                         capture_output=True, text=True, timeout=840, check=False)
-    if run.returncode != 0:
-        pytest.fail(f"hack/fetch-debs {' '.join(DEBIAN_PACKAGES)} exited {run.returncode}: "
-                    f"{run.stderr.strip()}")
-    return DEBIAN_CACHE / "root"
-
-
-def debian_versions() -> str:
-    versions = DEBIAN_CACHE / "versions.txt"
-    return versions.read_text().strip().replace("\n", "; ") if versions.exists() else "unknown versions"
+    try:
+        return debian_protos.fetch(*DEBIAN_PACKAGES)
+    except debian_protos.FetchFailed as err:
+        pytest.fail(str(err))
 
 
 def compile_upstream(source: Path, tmp: Path) -> Api:
     """Compile one upstream .proto into a descriptor, without the Go-only gogoproto import and options."""
-    text = source.read_text()
-    text = re.sub(r'^import "github.com/gogo/protobuf/gogoproto/gogo.proto";\n', "", text, flags=re.M)
-    text = re.sub(r"^option \(gogoproto\.[^;]*;\n", "", text, flags=re.M)
-    text = re.sub(r"\s*\[\(gogoproto\.[^]]*\]", "", text)
-    assert "gogoproto" not in text, f"{source}: gogoproto left after stripping"
-    (tmp / "api.proto").write_text(text)
+    (tmp / "api.proto").write_text(debian_protos.without_gogoproto(source))
     out = tmp / "api.pb"
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"--descriptor_set_out={out}",
                     "api.proto"], check=True, cwd=tmp)
@@ -209,23 +194,42 @@ def upstream_nri(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
+def upstream_podresources(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Api:
+    return compile_upstream(debian_root / PODRESOURCES_PROTO, tmp_path_factory.mktemp("podresources"))
+
+
+@pytest.fixture(scope="session")
 def upstream_cri(debian_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Api:
     return compile_upstream(debian_root / CRI_PROTO, tmp_path_factory.mktemp("cri"))
 
 
 def test_nri_subset_matches_debian_upstream(upstream_nri: Api) -> None:
     problems = differences(project_api(nri_pb2.DESCRIPTOR), upstream_nri, NEWER_THAN_DEBIAN)
-    assert not problems, f"proto/nri/api.proto vs Debian ({debian_versions()}):\n" + "\n".join(problems)
+    assert not problems, f"proto/nri/api.proto vs Debian ({versions()}):\n" + "\n".join(problems)
 
 
 def test_newer_than_debian_table_is_current(upstream_nri: Api) -> None:
     problems = still_newer(project_api(nri_pb2.DESCRIPTOR), upstream_nri, NEWER_THAN_DEBIAN)
-    assert not problems, f"NEWER_THAN_DEBIAN vs Debian ({debian_versions()}):\n" + "\n".join(problems)
+    assert not problems, f"NEWER_THAN_DEBIAN vs Debian ({versions()}):\n" + "\n".join(problems)
 
 
 def test_cri_subset_matches_debian_upstream(upstream_cri: Api) -> None:
     problems = differences(project_api(cri_pb2.DESCRIPTOR), upstream_cri, {})
-    assert not problems, f"proto/cri/api.proto vs Debian ({debian_versions()}):\n" + "\n".join(problems)
+    assert not problems, f"proto/cri/api.proto vs Debian ({versions()}):\n" + "\n".join(problems)
+
+
+# The pod-level fields of PodResources that Debian's kubelet API (1.32.7 when this was written) predates.
+PODRESOURCES_NEWER_THAN_DEBIAN = {
+    "field PodResources.cpu_ids": "v1.37.0",
+    "field PodResources.memory": "v1.37.0",
+}
+
+
+def test_podresources_matches_debian_upstream(upstream_podresources: Api) -> None:
+    ours = project_api(podresources_pb2.DESCRIPTOR)
+    problems = differences(ours, upstream_podresources, PODRESOURCES_NEWER_THAN_DEBIAN)
+    problems += still_newer(ours, upstream_podresources, PODRESOURCES_NEWER_THAN_DEBIAN)
+    assert not problems, f"proto/podresources/api.proto vs Debian ({versions()}):\n" + "\n".join(problems)
 
 
 def test_comparison_catches_a_renumbered_field(upstream_nri: Api) -> None:

@@ -11,6 +11,9 @@ Fixtures other integration tests reuse:
   shared by the whole session: leave no pods behind (use `cri`) and do not `stop()` it.
 - `cri` (function scope): a `testbed.cri.CRI` client on it; after the test, pass or fail, every
   pod and container is removed.
+- `plugin` (function scope): `nri-podlevel run` as a `testbed.plugin_process.PluginProcess` with its
+  defaults (CPU 0 reserved, pod cgroups written), registered with `containerd`, its checkpoints and its
+  PodResources socket in a fresh state directory; stopped after the test.
 - `containerd_flavour` (session scope): just the flavour name, for tests that start their own instance
   with `with Containerd(containerd_flavour, tmp_path_factory.mktemp("ctrd")) as ctrd:`.
 
@@ -30,6 +33,7 @@ import pytest
 
 from testbed.containerd import FLAVOURS, Containerd
 from testbed.cri import CRI
+from testbed.plugin_process import PluginProcess
 
 _HERE = Path(__file__).parent
 _FLAVOURS = [f.strip() for f in os.environ.get("PODLEVEL_CONTAINERD_FLAVOURS", ",".join(FLAVOURS)).split(",")]
@@ -75,3 +79,13 @@ def cri(containerd: Containerd) -> Iterator[CRI]:
             yield client
         finally:
             client.remove_all()
+
+
+@pytest.fixture
+def plugin(containerd: Containerd, tmp_path: Path) -> Iterator[PluginProcess]:
+    process = PluginProcess(containerd.nri_socket, state_dir=tmp_path / "state")
+    try:
+        process.wait_registered()
+        yield process
+    finally:
+        process.stop()

@@ -265,16 +265,20 @@ class CRI:
                          command: Sequence[str] = (), args: Sequence[str] = (),
                          resources: Resources | None = None, annotations: Mapping[str, str] | None = None,
                          labels: Mapping[str, str] | None = None,
-                         env: Mapping[str, str] | None = None) -> str:
-        """CreateContainer in a pod this client ran; returns the container id (not started yet)."""
+                         env: Mapping[str, str] | None = None, attempt: int = 0) -> str:
+        """CreateContainer in a pod this client ran; returns the container id (not started yet).
+
+        `attempt` counts restarts of the same container name, as the kubelet's does: the runtime reserves a
+        name per attempt, so a restarted container may be created before the exited one is removed.
+        """
         if pod_id not in self._pod_configs:
             raise ValueError(f"pod {pod_id} was not run by this CRI client; CreateContainer needs its config")
         config = pb.ContainerConfig(
-            metadata=pb.ContainerMetadata(name=name, attempt=0), image=pb.ImageSpec(image=image),
+            metadata=pb.ContainerMetadata(name=name, attempt=attempt), image=pb.ImageSpec(image=image),
             command=list(command), args=list(args), labels=dict(labels or {}),
             annotations=dict(annotations or {}),
             envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
-            log_path=f"{name}/0.log" if self._pod_configs[pod_id].log_directory else "",
+            log_path=f"{name}/{attempt}.log" if self._pod_configs[pod_id].log_directory else "",
             linux=pb.LinuxContainerConfig(
                 resources=(resources or Resources()).to_proto(),
                 security_context=pb.LinuxContainerSecurityContext()))

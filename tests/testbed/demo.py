@@ -1,15 +1,17 @@
 """`make demo`: a private containerd with NRI on this machine, `nri-podlevel run` attached as a real plugin
 process, the demo pods started through CRI the way a kubelet would, and what landed in each pod's and each
-container's cgroup printed beside the plugin's own log. Then the plugin is killed and started again: it
-restores from its checkpoint and nothing moves; `nri-podlevel checkpoint inspect` shows the files. Before the
-restart the operator commands run against the live plugin: `show`, `check`, `explain` of every pod, and
-`check` again after one container's cpuset was written behind the plugin's back (then put back). Everything
+container's cgroup printed beside the plugin's own log (console layout) and its metrics' decision counters.
+Then the plugin is killed and started again: it restores from its checkpoint and nothing moves; `nri-podlevel
+checkpoint inspect` shows the files. Before the restart the operator commands run against the live plugin:
+`show`, `check`, `explain` of every pod, and `check` again after one container's cpuset was written behind
+the plugin's back (then put back). Everything
 started is stopped again, pass or fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +30,7 @@ from testbed.plugin_process import PluginProcess
 
 DEFAULT_PODS = CHECKOUT / "deploy" / "demo" / "pods-2cpu.yaml"
 RESTART_TIMEOUT_S: Final = 30.0
+DECISION_METRICS: Final = ("resource_manager_", "nri_podlevel_admissions_refused", "nri_podlevel_free_")
 
 
 def report(cri: CRI, pod: Pod, containers: dict[str, str]) -> list[str]:
@@ -95,6 +98,20 @@ def inspect_checkpoints(state_dir: Path) -> None:
                         str(state_dir / name)], check=True)
 
 
+def print_metrics(plugin: PluginProcess) -> None:
+    """The decision counters and free resources of the plugin's `/metrics`, the series with a value."""
+    host, port = plugin.metrics_address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    for line in text.splitlines():
+        if line.startswith(DECISION_METRICS) and not line.endswith(" 0.0"):
+            print(f"   {line}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__)
     parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="2")
@@ -103,13 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plugin_args", nargs="*", help="extra `nri-podlevel run` flags (after --)")
     args = parser.parse_args(argv)
     pods = load_pods(args.pods.read_text(), str(args.pods))
+    plugin_args = ["--log-format", "console", *args.plugin_args]  # for a reader; later flags override
 
     print(f"== private containerd {args.flavour} with NRI")
     with Containerd(args.flavour, args.base) as ctrd:
         print(f"   {ctrd.versions}; CRI {ctrd.cri_socket}, NRI {ctrd.nri_socket}")
         print("== nri-podlevel run")
         state_dir = ctrd.base / "plugin-state"
-        plugin = PluginProcess(ctrd.nri_socket, args.plugin_args, state_dir=state_dir)
+        plugin = PluginProcess(ctrd.nri_socket, plugin_args, state_dir=state_dir)
         try:
             plugin.wait_registered()
             with ctrd.cri() as cri:
@@ -124,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
                         refused.append(pod)
                 print("== what the cgroups hold now")
                 before = [report(cri, pod, containers) for pod, containers in started]
+                print(f"== the plugin's decisions in its metrics (http://{plugin.metrics_address}/metrics)")
+                print_metrics(plugin)
                 operator_commands(cri, plugin, started, refused)
                 print("== the plugin is killed (SIGKILL) and started again; the containers keep running")
                 plugin.kill()
-                plugin = PluginProcess(ctrd.nri_socket, args.plugin_args, state_dir=state_dir)
+                plugin = PluginProcess(ctrd.nri_socket, plugin_args, state_dir=state_dir)
                 plugin.wait_registered()
                 plugin.wait_for_line("synchronized", RESTART_TIMEOUT_S)
                 for line in plugin.lines:

@@ -37,26 +37,33 @@ def qos_tier(pod: Pod) -> str:
     return _QOS_TIER.get(pod.qos_class(), "besteffort")
 
 
+def cgroup_parent(cri: CRI, pod: Pod) -> str | None:
+    """The pod cgroup `start_pod` gives the sandbox: under the client's cgroup root, in the QoS tier."""
+    if not cri.cgroup_root:
+        return None
+    return pod_cgroup_parent(cri.cgroup_root, pod.uid, qos_tier(pod))
+
+
 def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True) -> StartedPod:
     """Run the sandbox and every container of `pod`; raises CRIError as soon as one step fails."""
-    qos = qos_tier(pod)
     annotations = {SHAPE_ANNOTATION: to_annotation(pod)} if with_shape else {}
     sandbox_id = cri.run_pod(
         pod.name, namespace=pod.namespace, uid=pod.uid, resources=CRIResources.of(sandbox_resources(pod)),
-        annotations=annotations,
-        cgroup_parent=pod_cgroup_parent(cri.cgroup_root, pod.uid, qos) if cri.cgroup_root else None,
+        annotations=annotations, cgroup_parent=cgroup_parent(cri, pod),
     )
     started = StartedPod(sandbox_id)
     for container in pod.init_containers + pod.containers:
-        started.containers[container.name] = _start(cri, sandbox_id, pod, container)
+        started.containers[container.name] = start_container(cri, sandbox_id, pod, container)
     return started
 
 
-def _start(cri: CRI, sandbox_id: str, pod: Pod, container: Container) -> str:
+def start_container(cri: CRI, sandbox_id: str, pod: Pod, container: Container, *, attempt: int = 0) -> str:
+    """Create and start one container of `pod` (again, after a restart, with a higher `attempt`); a
+    standard init container is waited on until it exited."""
     command = RUN_TO_COMPLETION if container.kind is ContainerKind.INIT else LONG_RUNNING
     container_id = cri.run_container(
         sandbox_id, container.name, command=list(command),
-        resources=CRIResources.of(container_resources(pod, container)),
+        resources=CRIResources.of(container_resources(pod, container)), attempt=attempt,
     )
     if container.kind is ContainerKind.INIT:
         wait_until(

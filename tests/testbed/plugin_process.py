@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -31,25 +31,40 @@ def free_port() -> int:
         return port
 
 
+def run_help() -> str:
+    """`nri-podlevel run --help`: which flags the plugin under test has."""
+    done = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "run", "--help"], capture_output=True,
+                          text=True, check=True, timeout=REGISTER_TIMEOUT_S)
+    return done.stdout
+
+
 class PluginExited(RuntimeError):
     """The plugin process ended while something was still expected of it."""
 
 
 class PluginProcess:
     """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
-    so far. A plugin started again with the same `state_dir` restores from the checkpoints there. Its HTTP
-    endpoint listens on a free loopback port, `metrics_address`, so several plugins never collide."""
+    so far, echoed with `prefix` unless `echo` is off. A plugin started again with the same `state_dir`
+    restores from the checkpoints there. Its HTTP endpoint listens on a free loopback port, `metrics_address`,
+    and its PodResources service on `podresources_socket` in the state directory, so several plugins never
+    collide."""
 
     def __init__(
-        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | "
+        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
+        echo: bool = True,
     ) -> None:
         self.state_dir = state_dir
         self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.podresources_socket = state_dir / "pod-resources.sock"
         command = [
             sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
-            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address, *extra,
+            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address,
+            "--podresources-socket", str(self.podresources_socket), *extra,
         ]
         self.prefix = prefix
+        self.echo = echo
+        self.on_line: Callable[[str], None] | None = None
+        """Called with each log line as soon as it is read, on the reader thread (a crash timed to a line)."""
         self.lines: list[str] = []
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.process.stdout is not None
@@ -63,7 +78,10 @@ class PluginProcess:
     def _echo(self, stream: IO[str]) -> None:
         for line in stream:
             self.lines.append(line.rstrip())
-            print(f"{self.prefix}{line.rstrip()}", flush=True)
+            if self.on_line is not None:
+                self.on_line(line)
+            if self.echo:
+                print(f"{self.prefix}{line.rstrip()}", flush=True)
 
     def wait_for_line(self, text: str, timeout: float, *, after: int = 0) -> str:
         """The first log line from index `after` on that contains `text`; raises PluginExited if the

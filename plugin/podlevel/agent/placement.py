@@ -427,6 +427,10 @@ class Placement:
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
+    def pod_uid(self, sandbox_id: str) -> str | None:
+        """The uid of the sandbox's admitted pod; None when it is not managed or not admitted."""
+        return self._sandbox_pods.get(sandbox_id)
+
     def containers_of(self, sandbox_id: str) -> list[str]:
         return [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]
 

@@ -10,6 +10,9 @@ restarts from a state at least as new as what the runtime enforces. A failed wri
 the next event; the container is placed all the same (the kubelet would refuse the pod, but a plugin that
 fails containers because its disk is full turns a degraded node into a broken one). Pod cgroups follow
 after the checkpoint (`agent.pod_cgroups`).
+
+Each decision is logged once, as a sentence with its fields (`agent.logs`), and reported to the `Observer`
+(the metrics) where the kubelet counts it.
 """
 
 from __future__ import annotations
@@ -17,18 +20,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
+from podlevel.agent.events import Observer, error_type
+from podlevel.agent.logs import logger
+from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, pod_shape
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.topology_manager import Scope
 from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
 
-log = logging.getLogger("podlevel.agent")
+log = logger("podlevel.agent")
 
 
 def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
@@ -80,7 +86,8 @@ def _cpus(text: str, container_id: str) -> CPUSet | None:
     try:
         return CPUSet.parse(text) if text else None
     except InputError as err:
-        log.warning("container %s: ignoring the runtime's cpuset: %s", container_id[:12], err)
+        log.warning("container %s: ignoring the runtime's cpuset: %s", container_id[:12], err,
+                    container_id=container_id, cpuset=text)
         return None
 
 
@@ -103,10 +110,17 @@ def updates_of(changed: Mapping[str, Settings]) -> list[api.ContainerUpdate]:
 
 
 def _log_moved(changed: Mapping[str, Settings]) -> None:
+    if not changed or not log.isEnabledFor(logging.INFO):
+        return
     for settings, ids in by_settings(changed).items():
         shown = ", ".join(cid[:12] for cid in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
         log.info("updated %d containers (%s): %s cpus=%s", len(ids), shown, settings.assignment.value,
-                 settings.cpus)
+                 settings.cpus, containers=len(ids), assignment=settings.assignment.value, cpus=settings.cpus)
+
+
+def _key(pod: api.PodSandbox) -> str:
+    """`namespace/name`, as pods are named in Kubernetes logs."""
+    return f"{pod.namespace}/{pod.name}"
 
 
 def _quota_text(quota: int | None) -> str:
@@ -117,11 +131,17 @@ class PodLevelPlugin(Handler):
     """Places containers with the engine; see `agent.placement` for the rules."""
 
     def __init__(
-        self, placement: Placement, *, state: StateDir | None = None, pod_cgroups: PodCgroups | None = None
+        self,
+        placement: Placement,
+        *,
+        state: StateDir | None = None,
+        pod_cgroups: PodCgroups | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.placement = placement
         self.state = state
         self.pod_cgroups = pod_cgroups
+        self.observer = observer or Observer()
         self._saved = placement.state
         """The engine state the checkpoint holds (the placement's state objects are immutable)."""
         self._save_error: str | None = None
@@ -152,9 +172,10 @@ class PodLevelPlugin(Handler):
             try:
                 self.state.write(*checkpoints_of(self.placement.engine, current))
             except OSError as err:
+                self.observer.checkpoint_failed()
                 if str(err) != self._save_error:
                     log.error("checkpoint not written to %s, will retry at the next event: %s",
-                              self.state.path, err)
+                              self.state.path, err, path=self.state.path, error=err)
                 self._save_error = str(err)
             else:
                 self._saved = current
@@ -165,7 +186,7 @@ class PodLevelPlugin(Handler):
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
         log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
-                 self.placement.engine.topology.describe())
+                 self.placement.engine.topology.describe(), runtime=runtime.name, version=runtime.version)
 
     def synchronize(
         self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
@@ -179,41 +200,66 @@ class PodLevelPlugin(Handler):
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
         resync = self.placement.resync
         for sandbox_id, reason in resync.moved:
-            log.warning("pod sandbox %s moved after resync: %s", sandbox_id, reason)
+            log.warning("pod sandbox %s moved after resync: %s", sandbox_id, reason, sandbox=sandbox_id,
+                        reason=reason)
         for sandbox_id, reason in refused:
-            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason)
+            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason,
+                        sandbox=sandbox_id, reason=reason)
         if resync.restored or resync.released:
             log.info("restored %d pods from the checkpoint, released %d it held that are gone",
-                     resync.restored, resync.released)
-        log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed))
+                     resync.restored, resync.released, restored=resync.restored, released=resync.released)
+        log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed),
+                 pods=len(pods), containers=len(current), updates=len(changed))
         self._commit(force=True)
         return updates_of(changed)
 
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
+        sandbox = sandbox_of(pod)
+        before = self.placement.state
         try:
             settings, changed = self.placement.create(
-                sandbox_of(pod), container.id, container.name, runtime_resources(container.linux.resources)
+                sandbox, container.id, container.name, runtime_resources(container.linux.resources)
             )
         except AdmissionError as err:
-            log.warning("refused %s/%s container %s: %s", pod.namespace, pod.name, container.name, err)
+            log.warning("refused %s container %s: %s", _key(pod), container.name, err, pod=_key(pod),
+                        container=container.name, error_type=err.type, resource=err.resource,
+                        reason=err.message)
+            self.observer.refused(self._pod_level(sandbox), err)
             self._refused(pod, f"{err.type}: {err.message}")
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
         except InputError as err:
-            log.warning("bad pod shape for %s/%s: %s", pod.namespace, pod.name, err)
+            log.warning("bad pod shape for %s: %s", _key(pod), err, pod=_key(pod), container=container.name,
+                        error_type=error_type(err), rule=err.rule, reason=err.message)
+            self.observer.refused(False, err)
             self._refused(pod, str(err))
             raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        uid = self.placement.pod_uid(sandbox.id)
+        if self.placement.state is not before and uid is not None:
+            # Only an admission changes the node state here: this container's pod was just admitted.
+            now = self.placement.state
+            self.observer.admitted(now, self.placement.engine.decision(now, uid))
         self._cgroups_paths[container.id] = container.linux.cgroups_path
         self._refusals.pop(pod.id, None)
         self._commit()
         adjust = api.ContainerAdjustment()
         adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
-        log.info(
-            "placed %s/%s container %s: %s cpus=%s mems=%s quota=%s",
-            pod.namespace, pod.name, container.name, settings.assignment.value, settings.cpus,
-            settings.mems_text, _quota_text(settings.cpu_quota_us),
-        )
+        if log.isEnabledFor(logging.INFO):
+            quota = _quota_text(settings.cpu_quota_us)
+            log.info(
+                "placed %s container %s: %s cpus=%s mems=%s quota=%s", _key(pod), container.name,
+                settings.assignment.value, settings.cpus, settings.mems_text, quota, pod=_key(pod),
+                container=container.name, assignment=settings.assignment.value, cpus=settings.cpus,
+                mems=settings.mems_text, quota=quota,
+            )
         _log_moved(changed)
         return CreateResult(adjust=adjust, updates=updates_of(changed))
+
+    def _pod_level(self, sandbox: Sandbox) -> bool:
+        """Whether the sandbox's pod takes the pod-level path (a budget under pod scope)."""
+        shape = pod_shape(sandbox)
+        return shape is not None and shape.resources is not None and (
+            self.placement.engine.config.scope is Scope.POD
+        )
 
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
@@ -251,7 +297,7 @@ class PodLevelPlugin(Handler):
     def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self._forget(pod.id)
         self._commit()
-        log.info("released %s/%s", pod.namespace, pod.name)
+        log.info("released %s", _key(pod), pod=_key(pod))
 
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self._forget(pod.id)

@@ -11,10 +11,11 @@ good, with the rule it broke.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from podlevel.agent.events import Observer
+from podlevel.agent.logs import logger
 from podlevel.agent.placement import PodCgroupSettings
 from podlevel.cgroups import (
     CgroupError,
@@ -26,14 +27,15 @@ from podlevel.cgroups import (
 )
 from podlevel.engine.cpuset import CPUSet
 
-log = logging.getLogger("podlevel.agent")
+log = logger("podlevel.agent")
 
 
 class PodCgroups:
     """Brings pod cgroups in line with what placement wants; remembers what it wrote and what failed."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, observer: Observer | None = None) -> None:
         self.root = root
+        self.observer = observer or Observer()
         self._written: dict[str, PodCgroupSettings] = {}
         self.failed: dict[str, str] = {}
         """sandbox id -> why its pod cgroup does not hold what it should (retried at every event)."""
@@ -60,7 +62,8 @@ class PodCgroups:
                 effective = write_bubble(pod, Cpuset(settings.cpus, CPUSet(settings.mems)))
                 if effective.cpus != settings.cpus:
                     log.warning("pod cgroup %s: bubble cpus %s in force as %s (its parent is narrower)",
-                                pod.path, settings.cpus, effective.cpus)
+                                pod.path, settings.cpus, effective.cpus, path=pod.path, pod=settings.what,
+                                cpus=settings.cpus, effective=effective.cpus)
             if settings.unlimited_quota:
                 write_cpu_max(pod, None, settings.cpu_period_us)
         except CgroupIOError as err:
@@ -72,12 +75,16 @@ class PodCgroups:
             return
         self._written[sandbox_id] = settings
         if self.failed.pop(sandbox_id, None) is not None:
-            log.info("pod cgroup of %s written after an earlier failure", settings.what)
-        log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, settings.cpus or "untouched",
-                 ",".join(map(str, settings.mems)) if settings.cpus is not None else "untouched",
-                 "off" if settings.unlimited_quota else "untouched")
+            log.info("pod cgroup of %s written after an earlier failure", settings.what, pod=settings.what)
+        cpus = settings.cpus or "untouched"
+        mems = ",".join(map(str, settings.mems)) if settings.cpus is not None else "untouched"
+        quota = "off" if settings.unlimited_quota else "untouched"
+        log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, cpus, mems, quota, path=pod.path,
+                 pod=settings.what, cpus=cpus, mems=mems, quota=quota)
 
     def _fail(self, sandbox_id: str, reason: str) -> None:
+        self.observer.pod_cgroup_failed()
         if self.failed.get(sandbox_id) != reason:
-            log.error("pod cgroup not written, will retry at the next event: %s", reason)
+            log.error("pod cgroup not written, will retry at the next event: %s", reason, sandbox=sandbox_id,
+                      reason=reason)
         self.failed[sandbox_id] = reason

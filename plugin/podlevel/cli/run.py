@@ -2,10 +2,11 @@
 
 Every setting comes from, in falling precedence: the command line, the environment
 (`NRI_PODLEVEL_<FLAG>`, e.g. `NRI_PODLEVEL_NRI_SOCKET`, `NRI_PODLEVEL_POLICY`), the YAML file given with
-`--config` (keys are the flag names: `nri-socket: /run/nri/nri.sock`; a list for a repeatable flag), then
-the defaults. A repeatable flag (`--reserved-memory`) takes `;`-separated items from the environment. When
-the runtime launched the plugin (`NRI_PLUGIN_SOCKET` set), name and index come from the runtime as NRI
-requires. Bad configuration exits with status 2 and a message naming the setting.
+`--config` (keys are the flag names, `nri-socket: /run/nri/nri.sock`, a list for a repeatable flag, or the
+kubelet's KubeletConfiguration keys, `topologyManagerPolicy: restricted`), then the defaults. A repeatable
+flag (`--reserved-memory`) takes `;`-separated items from the environment. When the runtime launched the
+plugin (`NRI_PLUGIN_SOCKET` set), name and index come from the runtime as NRI requires. Bad configuration
+exits with status 2 and a message naming the setting.
 """
 
 from __future__ import annotations
@@ -19,18 +20,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-import yaml
+import prometheus_client
 
+from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
+from podlevel.cli.config_file import NO_FILE, read_config
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report.http import ReportServer, Route, probes
+from podlevel.report.metrics import PluginMetrics, metrics_route
+from podlevel.report.podresources import DEFAULT_SOCKET, PodResourcesServer
 from podlevel.report.views import views
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
@@ -43,7 +49,8 @@ DEFAULT_INDEX: Final = "10"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="YAML file with settings (flag names as keys)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="YAML file with settings (flag names or KubeletConfiguration keys)")
     parser.add_argument("--nri-socket", default=DEFAULT_SOCKET_PATH, help="runtime NRI socket (%(default)s)")
     parser.add_argument("--plugin-name", default=DEFAULT_NAME, help="NRI plugin name (%(default)s)")
     parser.add_argument("--plugin-index", default=DEFAULT_INDEX, help="NRI plugin index (%(default)s)")
@@ -52,9 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the checkpoints live, created 0700 (%(default)s)")
     parser.add_argument("--metrics-address", default=DEFAULT_METRICS_ADDRESS,
                         help="HOST:PORT of probes and metrics (%(default)s); empty: off")
+    parser.add_argument("--podresources-socket", default=str(DEFAULT_SOCKET),
+                        help="socket of the PodResources v1 service (%(default)s), mode 0600; empty: off")
+    parser.add_argument("--podresources-socket-group", default="", metavar="NAME|GID",
+                        help="open the PodResources socket to this group too (mode 0660)")
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default="auto", choices=LOG_FORMATS,
+                        help="log layout on stderr (%(default)s: console on a terminal, else JSON lines)")
     add_engine_arguments(parser)
 
 
@@ -92,12 +105,14 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespa
 
     Every value, whatever its source, goes through the same parser, so types, choices and repeatable
     flags behave alike; an error names the setting and where its value came from. The namespace's
-    `sources` maps each flag not from the command line to where it came from, for later error messages.
+    `sources` maps each flag not from the command line to where it came from, for later error messages;
+    `notices` are what the operator should read once logging is set up.
     """
     given = vars(_settings_parser(suppress_defaults=True).parse_args(argv))
     parser = _settings_parser()
     config = given.get("config") or environ.get(ENV_PREFIX + "CONFIG")
-    from_file = _read_config(config, parser) if config else {}
+    known = {a.dest for a in parser._actions if a.option_strings} - {"help", "config"}
+    from_file = read_config(config, known) if config else NO_FILE
     tokens: list[str] = []
     sources: dict[str, str] = {}
     for action in parser._actions:
@@ -109,12 +124,13 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespa
         if env_name in environ:
             values: list[str] = environ[env_name].split(";") if repeatable else [environ[env_name]]
             sources[flag] = f"environment {env_name}"
-        elif action.dest in from_file:
-            value = from_file[action.dest]
-            if isinstance(value, list) and not repeatable:
-                raise InputError("--config", f"{config}: {flag[2:]} takes one value, not a list")
-            values = value if isinstance(value, list) else [value]
-            sources[flag] = f"config file {config}"
+        elif action.dest in from_file.settings:
+            setting = from_file.settings[action.dest]
+            if isinstance(setting.value, list) and not repeatable:
+                raise InputError("--config", f"{config}: {setting.key} takes one value, not a list")
+            values = setting.value if isinstance(setting.value, list) else [setting.value]
+            named = "" if setting.key == flag[2:] else f", key {setting.key}"
+            sources[flag] = f"config file {config}{named}"
         else:
             continue
         # One `--flag=value` token, so a value that starts with "-" stays a value.
@@ -124,6 +140,7 @@ def resolve(argv: Sequence[str], environ: Mapping[str, str]) -> argparse.Namespa
     except InputError as err:
         raise InputError("settings", err.message + origin_of(sources, err.message)) from None
     args.sources = sources
+    args.notices = [notice] if (notice := from_file.notice()) else []
     return args
 
 
@@ -134,26 +151,6 @@ def origin_of(sources: Mapping[str, str], message: str) -> str:
     if not mentioned:
         return ""
     return " (" + "; ".join(f"{flag} from the {source}" for flag, source in mentioned.items()) + ")"
-
-
-def _read_config(path: str, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    try:
-        # Every scalar stays the string it was written as: `plugin-index: 05` must not become 5, nor
-        # `reserved-cpus: 010` the octal 8.
-        loaded = yaml.load(Path(path).read_text(), Loader=yaml.BaseLoader) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError("--config", f"cannot read {path}: {err}") from None
-    if not isinstance(loaded, dict):
-        raise InputError("--config", f"{path} must hold a mapping of setting: value")
-    known = {a.dest for a in parser._actions if a.option_strings} - {"help", "config"}
-    values: dict[str, Any] = {}
-    for key, value in loaded.items():
-        dest = str(key).replace("-", "_")
-        if dest not in known:
-            raise InputError("--config", f"{path}: unknown setting {key!r}")
-        if value != "":  # `key:` with nothing after it leaves the setting alone
-            values[dest] = value
-    return values
 
 
 def _recorded(state: StateDir, engine: Engine) -> CPUState | None:
@@ -177,25 +174,35 @@ def run(args: argparse.Namespace) -> int:
     except InputError as err:
         print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
+    # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
+    for notice in args.notices:
+        logging.getLogger("podlevel.cli").warning("%s", notice)
     try:
         topology = read_topology(args.sysfs_root)
         engine = Engine(topology, engine_config(args, topology))
         state = StateDir(Path(args.state_dir))
+        # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
+        metrics = PluginMetrics(lambda: handler.snapshot) if args.metrics_address else None
+        observer = metrics or Observer()
         handler = PodLevelPlugin(
             Placement(engine, recorded=_recorded(state, engine)),
             state=state,
-            pod_cgroups=PodCgroups(Path(args.cgroup_root)) if args.cgroup_root else None,
+            pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
+            observer=observer,
         )
         if "NRI_PLUGIN_SOCKET" in os.environ:
-            stub = Stub.from_environment(handler)
+            stub = Stub.from_environment(handler, observer=metrics)
         else:
-            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket)
-        routes = report_routes(stub, handler)
-        server = ReportServer(args.metrics_address, routes) if args.metrics_address else None
+            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
+        routes = report_routes(stub, metrics, handler) if metrics else {}
+        server = ReportServer(args.metrics_address, routes) if metrics else None
+        podresources = (
+            PodResourcesServer(Path(args.podresources_socket), lambda: handler.snapshot,
+                               group=args.podresources_socket_group)
+            if args.podresources_socket else None
+        )
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -206,19 +213,23 @@ def run(args: argparse.Namespace) -> int:
     )
     if server is not None:
         server.start()
+    if podresources is not None:
+        podresources.start()
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
     finally:
+        if podresources is not None:
+            podresources.stop()
         if server is not None:
             server.stop()
     return 0
 
 
-def report_routes(stub: Stub, plugin: PodLevelPlugin) -> dict[str, Route]:
-    """What the HTTP endpoint serves: the probes (ready while registered and synchronized) and the operator
-    views (`report.views`)."""
-    return {
-        **probes(lambda: None if stub.ready else "not registered and synchronized with the runtime"),
-        **views(lambda: plugin.snapshot, plugin.placement.decisions),
-    }
+def report_routes(stub: Stub, metrics: PluginMetrics, plugin: PodLevelPlugin) -> dict[str, Route]:
+    """What the HTTP endpoint serves: the probes (ready while registered and synchronized), `/metrics`, and
+    the operator views (`report.views`)."""
+    routes = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
+    routes["/metrics"] = metrics_route(metrics)
+    routes.update(views(lambda: plugin.snapshot, plugin.placement.decisions))
+    return routes

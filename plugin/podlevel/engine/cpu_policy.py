@@ -390,7 +390,7 @@ class StaticCPUPolicy:
 
     @staticmethod
     def _unexpected(failed: AllocationFailed) -> UnexpectedAdmissionError:
-        return UnexpectedAdmissionError(f"Allocate failed due to {failed}, which is unexpected")
+        return UnexpectedAdmissionError(f"Allocate failed due to {failed}, which is unexpected", CPU)
 
     @staticmethod
     def _reused(
@@ -432,7 +432,7 @@ class StaticCPUPolicy:
             return state
         violation = self.empty_shared_pool(pod)
         if violation is not None:
-            raise EmptyPodSharedPoolError.of(_name(pod), violation)
+            raise EmptyPodSharedPoolError.of(_name(pod), violation, CPU)
         self._enforce_smt_alignment(state, total)
         try:
             bubble = self._allocate_cpus(state, total, hint.affinity, EMPTY)

@@ -26,12 +26,15 @@ class InputError(ValueError):
 
 
 class AdmissionError(Exception):
-    """A pod the node refuses. `type` is the kubelet's admission reason string."""
+    """A pod the node refuses. `type` is the kubelet's admission reason string; `resource` names the manager
+    whose allocation refused it ("cpu" or "memory"), None when the topology manager refused it before either
+    allocated (the kubelet counts allocation errors per manager)."""
 
-    def __init__(self, type_: str, message: str) -> None:
+    def __init__(self, type_: str, message: str, resource: str | None = None) -> None:
         super().__init__(f"{type_}: {message}")
         self.type = type_
         self.message = message
+        self.resource = resource
 
 
 class TopologyAffinityError(AdmissionError):
@@ -41,20 +44,21 @@ class TopologyAffinityError(AdmissionError):
 
 class SMTAlignmentError(AdmissionError):
     def __init__(self, message: str) -> None:
-        super().__init__(SMT_ALIGNMENT_ERROR, message)
+        super().__init__(SMT_ALIGNMENT_ERROR, message, "cpu")
 
 
 class EmptyPodSharedPoolError(AdmissionError):
-    def __init__(self, message: str) -> None:
-        super().__init__(EMPTY_POD_SHARED_POOL_ERROR, message)
+    def __init__(self, message: str, resource: str | None = None) -> None:
+        super().__init__(EMPTY_POD_SHARED_POOL_ERROR, message, resource)
 
     @classmethod
-    def of(cls, pod: str, violation: str) -> EmptyPodSharedPoolError:
-        """The refusal of pod `namespace/name` for `violation`, the part of the rule it breaks. Every place
-        that finds a violation (either policy, or the engine asking them) words the refusal with this."""
-        return cls(f"pod {pod}: {violation} (empty pod shared pool rule)")
+    def of(cls, pod: str, violation: str, resource: str) -> EmptyPodSharedPoolError:
+        """The refusal of pod `namespace/name` for `violation`, the part of the rule it breaks, by the
+        `resource` manager. Every place that finds a violation (either policy, or the engine asking them)
+        words the refusal with this."""
+        return cls(f"pod {pod}: {violation} (empty pod shared pool rule)", resource)
 
 
 class UnexpectedAdmissionError(AdmissionError):
-    def __init__(self, message: str) -> None:
-        super().__init__(UNEXPECTED_ADMISSION_ERROR, message)
+    def __init__(self, message: str, resource: str | None = None) -> None:
+        super().__init__(UNEXPECTED_ADMISSION_ERROR, message, resource)

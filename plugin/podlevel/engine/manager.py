@@ -44,7 +44,7 @@ from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPol
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
-from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, is_memory_resource
+from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology
@@ -263,10 +263,10 @@ class Engine:
         list is asked whether the pod breaks the rule, with the same check its AllocatePod makes. CPU is asked
         first, in the order admission allocates.
         """
-        for policy, hints in zip((self._cpu, self._memory), providers, strict=True):
+        for resource, policy, hints in zip((CPU, MEMORY), (self._cpu, self._memory), providers, strict=True):
             violation = policy.empty_shared_pool(pod) if _has_impossible(hints) else None
             if violation is not None:
-                raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
+                raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation, resource)
 
     def _admit_classic_pod_scope(
         self, state: NodeState, pod: Pod, trace: list[Alignment] | None

@@ -291,7 +291,7 @@ class StaticMemoryPolicy:
         budget = pod_requests(pod)
         violation = self.empty_shared_pool(pod)
         if violation is not None:
-            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation)
+            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation, MEMORY)
         if not budget:
             return state
         nodes = nodes_of(self._resolve(state, pod, budget, hint))
@@ -408,7 +408,8 @@ class StaticMemoryPolicy:
         )
         return UnexpectedAdmissionError(
             f"Allocate failed due to memory manager: pod {pod.namespace}/{pod.name}: {reason} "
-            f"(free: {free}), which is unexpected"
+            f"(free: {free}), which is unexpected",
+            MEMORY,
         )
 
     # -- release and queries -------------------------------------------------------------------------------

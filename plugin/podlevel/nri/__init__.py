@@ -8,7 +8,7 @@ from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.handler import CreateResult, Handler, UpdateResult, subscribed_events
 from podlevel.nri.identity import InvalidIdentity, PluginIdentity
 from podlevel.nri.runtime import Event, RuntimeInfo
-from podlevel.nri.stub import DEFAULT_SOCKET_PATH, Stub, UpdateFromHandlerError
+from podlevel.nri.stub import DEFAULT_SOCKET_PATH, Stub, StubObserver, UpdateFromHandlerError
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.transport import RpcError
 
@@ -23,6 +23,7 @@ __all__ = [
     "RpcError",
     "RuntimeInfo",
     "Stub",
+    "StubObserver",
     "UpdateFromHandlerError",
     "UpdateResult",
     "api",

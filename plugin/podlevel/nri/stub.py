@@ -55,6 +55,20 @@ BACKOFF_INITIAL: Final = 0.5
 BACKOFF_MAX: Final = 5.0
 
 
+class StubObserver:
+    """What the stub tells about its connection and the events it serves (the metrics count them); every
+    method is a no-op here. Each runs on the event loop's thread, so it must only record."""
+
+    def connected(self) -> None:
+        """Registered with the runtime and synchronized."""
+
+    def reconnecting(self) -> None:
+        """The connection ended or could not be made; the stub redials after a delay."""
+
+    def event_handled(self, method: str, seconds: float) -> None:
+        """The handler `method` answered `seconds` after its request arrived."""
+
+
 class UpdateFromHandlerError(RuntimeError):
     """UpdateContainers was called from inside an event handler; return the updates from it instead."""
 
@@ -65,6 +79,7 @@ class Stub:
     `run()` blocks the calling thread (use it from a background thread in tests); `serve()` is the same
     as a coroutine. `stop()` and `wait_ready()` may be called from any thread. `sleep` waits out a redial
     delay and `clock` times handlers; a test passes ones that record the schedule or move only when told.
+    `observer` hears of connections, redials and handler times.
     """
 
     def __init__(
@@ -80,6 +95,7 @@ class Stub:
         backoff_max: float = BACKOFF_MAX,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
+        observer: StubObserver | None = None,
     ) -> None:
         self.identity = PluginIdentity(name, index)
         self.events = subscribed_events(handler)
@@ -96,6 +112,7 @@ class Stub:
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._clock = clock
+        self.observer = observer or StubObserver()
         self.synchronizations = 0
         self._session: Session | None = None
         self._ready = threading.Event()
@@ -115,6 +132,7 @@ class Stub:
         environ: Mapping[str, str] | None = None,
         argv0: str | None = None,
         register_timeout: float = REGISTER_TIMEOUT,
+        observer: StubObserver | None = None,
     ) -> Stub:
         """A stub for either launch mode: the runtime's socket fd if it launched us, else `socket_path`.
 
@@ -129,6 +147,7 @@ class Stub:
             socket_path,
             socket_fd=launched_socket_fd(env),
             register_timeout=register_timeout,
+            observer=observer,
         )
 
     @property
@@ -173,6 +192,7 @@ class Stub:
                 lock=handler_lock,
                 clock=self._clock,
                 on_synchronized=self._synchronized,
+                on_handled=self.observer.event_handled,
             )
             self._session = session
             transport = await self._connect(session.rpc_handlers())
@@ -193,6 +213,7 @@ class Stub:
             if session.synchronized:
                 delay = self.backoff_initial
             log.info("NRI plugin %s: reconnecting in %.1f s", self.identity, delay)
+            self.observer.reconnecting()
             await self._sleep_unless_stopped(delay)
             delay = min(delay * 2, self.backoff_max)
 
@@ -247,6 +268,7 @@ class Stub:
     def _synchronized(self) -> None:
         self.synchronizations += 1
         self._ready.set()
+        self.observer.connected()
 
     async def _connect(self, handlers: Mapping[tuple[str, str], RequestHandler]) -> Transport | None:
         name = f"nri {self.identity}"

@@ -152,3 +152,30 @@ def test_later_errors_name_where_the_value_came_from(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--reserved-cpus" in result.stderr and "not ascending" in result.stderr
     assert "environment NRI_PODLEVEL_RESERVED_CPUS" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--podresources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock"],
+         "--podresources-socket: /var/lib/kubelet/pod-resources/kubelet.sock is the kubelet's own"),
+        (["--podresources-socket", "{tmp}/config.yaml"],
+         "--podresources-socket: {tmp}/config.yaml exists and is not a socket; refusing to replace it"),
+        (["--podresources-socket-group", "no-such-group-here"],
+         "--podresources-socket-group: no group named 'no-such-group-here'"),
+    ],
+    ids=["kubelet-socket", "not-a-socket", "unknown-group"],
+)
+def test_bad_podresources_socket_exits_2(tmp_path: Path, flags: list[str], message: str) -> None:
+    (tmp_path / "config.yaml").write_text("{}\n")
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in flags]
+    result = subprocess.run(
+        [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock"),
+         "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--podresources-socket",
+         str(tmp_path / "pr.sock"), *argv],
+        capture_output=True, text=True, timeout=30, check=False, env={"PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"bad configuration: {message.replace('{tmp}', str(tmp_path))}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "pr.sock").exists()

@@ -462,8 +462,9 @@ def test_not_enough_cpus_is_unexpected_admission_error(
     before = state(default, entries)
     with pytest.raises(
         UnexpectedAdmissionError, match=f"Allocate failed due to .*{numbers}, which is unexpected"
-    ):
+    ) as raised:
         p.allocate(before, the_pod, the_pod.containers[0], ANY)
+    assert raised.value.resource == "cpu"
 
 
 @pytest.mark.parametrize(
@@ -494,7 +495,7 @@ def test_full_pcpus_only_smt_alignment(
     the_pod = pod("fakePod", ctr("c", cpu))
     with pytest.raises(SMTAlignmentError, match=message) as raised:
         p.allocate(state(default), the_pod, the_pod.containers[0], ANY)
-    assert raised.value.type == "SMTAlignmentError"
+    assert (raised.value.type, raised.value.resource) == ("SMTAlignmentError", "cpu")
     assert "full-pcpus-only" in raised.value.message
 
 

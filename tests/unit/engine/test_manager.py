@@ -102,7 +102,7 @@ def test_empty_shared_pool_is_refused_under_pod_scope(policy: TopologyPolicyName
     state = eng.initial_state()
     with pytest.raises(EmptyPodSharedPoolError) as caught:
         eng.admit(state, example("empty-shared-pool"))
-    assert caught.value.type == "EmptyPodSharedPoolError"
+    assert (caught.value.type, caught.value.resource) == ("EmptyPodSharedPoolError", "cpu")
     assert caught.value.message == (
         "pod default/empty-shared-pool: exclusive containers take 4 of the pod's 4 CPUs, leaving an empty "
         "pod shared pool for logging-sidecar (empty pod shared pool rule)"
@@ -189,6 +189,7 @@ def test_pod_budget_larger_than_a_numa_node_is_refused_with_numbers() -> None:
     with pytest.raises(TopologyAffinityError) as caught:
         eng.admit(state, big)
     message = caught.value.message
+    assert caught.value.resource is None, "refused by the topology manager, before either allocation"
     assert message.startswith("Pod Scope Resources cannot be allocated with Topology locality")
     assert "cpu=10" in message and "node 0: cpu=6" in message and "node 1: cpu=8" in message
     assert "memory=" in message

@@ -300,6 +300,7 @@ def test_nothing_fits_means_no_preference() -> None:
     with pytest.raises(UnexpectedAdmissionError, match="no NUMA nodes have 8Gi memory free") as raised:
         p.allocate(p.initial_state(), target, target.containers[0], ANY_PREFERRED)
     assert raised.value.message.endswith("(free: node 0: 1536Mi memory), which is unexpected")
+    assert raised.value.resource == "memory"
 
 
 def test_preferred_follows_allocatable_not_free() -> None:
@@ -555,7 +556,7 @@ def test_empty_shared_pool_is_refused() -> None:
         "leaving an empty pod shared pool for logging-sidecar",
     ) as raised:
         p.allocate_pod(p.initial_state(), EMPTY_SHARED_POOL, ANY)
-    assert raised.value.type == "EmptyPodSharedPoolError"
+    assert (raised.value.type, raised.value.resource) == ("EmptyPodSharedPoolError", "memory")
     assert raised.value.message.startswith("pod default/empty: ")
     assert raised.value.message.endswith("(empty pod shared pool rule)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import re
 import socket
@@ -14,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from podlevel.nri import CreateResult, Handler, RuntimeInfo, Stub, UpdateFromHandlerError, UpdateResult, api
+from podlevel.nri import (
+    CreateResult,
+    Handler,
+    RuntimeInfo,
+    Stub,
+    StubObserver,
+    UpdateFromHandlerError,
+    UpdateResult,
+    api,
+)
 from podlevel.nri.runtime import EVENTS_BEFORE_V0_10, EVENTS_FROM_V0_10, Event
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.mux import encode_frame
@@ -596,6 +606,49 @@ def test_redials_after_runtime_goes_away(tmp_path: Path) -> None:
 
     run(main())
     assert [c[0] for c in handler.calls] == ["configure", "synchronize", "configure", "synchronize"]
+
+
+class SeenByObserver(StubObserver):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.handled: list[tuple[str, float]] = []
+
+    def connected(self) -> None:
+        self.seen.append("connected")
+
+    def reconnecting(self) -> None:
+        self.seen.append("reconnecting")
+
+    def event_handled(self, method: str, seconds: float) -> None:
+        self.handled.append((method, seconds))
+
+
+def test_the_observer_hears_of_connections_redials_and_every_handler_time(tmp_path: Path) -> None:
+    observer, handler = SeenByObserver(), Recorder()
+    ticks = itertools.count()
+
+    def clock() -> float:
+        return next(ticks) * 0.125
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path):
+            stub = stub_for(handler, path, observer=observer, clock=clock)
+            async with serving(stub):
+                first = await runtime.accept()
+                await first.handshake()
+                first.close()
+                second = await runtime.accept()
+                await second.handshake()
+                assert await asyncio.to_thread(stub.wait_ready, 5)
+                request = api.CreateContainerRequest(pod=POD, container=CTR)
+                await second.call("CreateContainer", request, api.CreateContainerResponse)
+
+    run(main())
+    assert observer.seen == ["connected", "reconnecting", "connected"]
+    assert [method for method, _ in observer.handled] == [
+        "configure", "synchronize", "configure", "synchronize", "create_container"
+    ]
+    assert all(seconds > 0 for _, seconds in observer.handled), "timed from each request's arrival"
 
 
 def test_redial_delays_double_to_the_cap_and_reset_after_a_synchronized_session(tmp_path: Path) -> None:

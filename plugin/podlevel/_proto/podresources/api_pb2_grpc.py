@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class PodResourcesListerStub:
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock.
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
     """
 
     def __init__(self, channel):
@@ -53,7 +54,8 @@ class PodResourcesListerStub:
 
 
 class PodResourcesListerServicer:
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock.
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
     """
 
     def List(self, request, context):
@@ -101,7 +103,8 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class PodResourcesLister:
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock.
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
     """
 
     @staticmethod

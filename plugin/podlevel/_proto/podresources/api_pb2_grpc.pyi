@@ -5,8 +5,8 @@ The kubelet PodResources v1 API (k8s.io/kubelet pkg/apis/podresources/v1), as se
 so monitoring agents see the CPUs and memory it assigned, including the pod-level fields.
 
 Field names, numbers and types follow upstream. Dynamic resource claims (ContainerResources field 5)
-are left out: the plugin never reports any. There is no packaged upstream copy to compare against;
-tests/compat/test_proto_compat.py pins every number below.
+are left out: the plugin never reports any. tests/compat/test_proto_compat.py compares the rest with
+Debian's kubelet API sources and pins every number below, the pod-level fields 4 and 5 included.
 """
 
 from collections import abc as _abc
@@ -33,7 +33,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class PodResourcesListerStub:
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock."""
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -45,7 +47,9 @@ class PodResourcesListerStub:
 
 @_typing.type_check_only
 class PodResourcesListerAsyncStub(PodResourcesListerStub):
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock."""
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     List: _aio.UnaryUnaryMultiCallable[_api_pb2.ListPodResourcesRequest, _api_pb2.ListPodResourcesResponse]  # type: ignore[assignment]
@@ -53,7 +57,9 @@ class PodResourcesListerAsyncStub(PodResourcesListerStub):
     Get: _aio.UnaryUnaryMultiCallable[_api_pb2.GetPodResourcesRequest, _api_pb2.GetPodResourcesResponse]  # type: ignore[assignment]
 
 class PodResourcesListerServicer(metaclass=_abc_1.ABCMeta):
-    """Served on the unix socket <kubelet root>/pod-resources/kubelet.sock."""
+    """Served by the kubelet on <kubelet root>/pod-resources/kubelet.sock; by the plugin on its own socket
+    (--podresources-socket).
+    """
 
     @_abc_1.abstractmethod
     def List(

@@ -1,0 +1,41 @@
+"""What the agent tells whoever counts its decisions (the metrics), without knowing who that is.
+
+The agent sits below the report layer and never imports it: `PodLevelPlugin` and `PodCgroups` call an
+`Observer` at the moments the kubelet counts things, and the metrics implement one. Every method runs on
+the NRI event thread inside the event it reports, so an implementation does no more than bump a counter;
+the defaults do nothing, for a plugin run without metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.manager import NodeState, PodDecision
+
+INVALID_POD_SHAPE: Final = "InvalidPodShape"
+"""The error type of a refusal for a malformed or untruthful pod-shape annotation (the kubelet has none: it
+reads the pod itself)."""
+
+
+def error_type(error: AdmissionError | InputError) -> str:
+    """The refusal's type as logs and metrics name it: the kubelet's admission reason or INVALID_POD_SHAPE."""
+    return error.type if isinstance(error, AdmissionError) else INVALID_POD_SHAPE
+
+
+class Observer:
+    """Receives the agent's countable events; every method is a no-op here."""
+
+    def admitted(self, state: NodeState, decision: PodDecision) -> None:
+        """A CreateContainer admitted a new pod: `decision` is its placement, `state` the node right after
+        (pods taken back by a Synchronize are not reported: a restart allocates nothing new)."""
+
+    def refused(self, pod_level: bool, error: AdmissionError | InputError) -> None:
+        """A CreateContainer was refused; `pod_level`: the pod would have taken the pod-level path (pod
+        scope and pod-level resources), so its allocation came from the pod, else from the node."""
+
+    def checkpoint_failed(self) -> None:
+        """A checkpoint write failed (it is retried at the next event)."""
+
+    def pod_cgroup_failed(self) -> None:
+        """A pod cgroup write failed (retried at the next event unless refused for good)."""

@@ -1,0 +1,193 @@
+"""The kubelet's PodResources v1 gRPC service (`v1.PodResourcesLister`), answered from the agent's snapshots.
+
+Monitoring agents and device plugins already read a node's CPU and memory assignments from this API; with the
+kubelet's managers off, the plugin is what assigns them, so it serves the same answers on a socket of its own.
+
+Reporting rules (the kubelet's with pod-level resource managers, 1.37):
+- topology-manager scope `pod`, a pod with a bubble: the pod-level `cpu_ids` are the bubble and the pod-level
+  `memory` the pod budget's blocks. A container with an exclusive slice reports it (its CPUs, and its memory
+  blocks when it has an exclusive memory share); a container in the pod shared pool reports empty lists, so
+  nothing is counted twice and consumers get the pool as `pod.cpu_ids - union(container.cpu_ids)`.
+- scope `container`, or a pod without pod-level resources: the pod-level fields stay empty; a container with
+  exclusive CPUs from the node reports them and its memory blocks, the others empty lists.
+- a pod the plugin does not manage (no shape, refused, not admitted yet): listed with its containers, no CPUs
+  and no memory, as the kubelet lists a pod its managers left alone.
+Containers are listed as the kubelet lists them: for an admitted pod, its shape's sidecars then its app
+containers (the kubelet lists the spec's; standard init and ephemeral containers are not listed); for any
+other pod, the containers the runtime has created, in that order.
+
+Every answer reads one `NodeSnapshot`, taken once per call, so it is consistent and never waits on an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final
+
+import grpc
+
+from podlevel._proto.podresources import api_pb2 as pb
+from podlevel._proto.podresources import api_pb2_grpc as pb_grpc
+from podlevel.agent.placement import Sandbox
+from podlevel.agent.snapshot import NodeSnapshot
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.manager import Assignment
+from podlevel.engine.memory_policy import MemoryBlock, container_requests
+from podlevel.engine.pod import ContainerKind
+from podlevel.report.unix_socket import bind_private, group_id, remove_if_same
+
+log = logging.getLogger("podlevel.report")
+
+DEFAULT_SOCKET: Final = Path("/var/lib/nri-podlevel/pod-resources.sock")
+KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+"""The kubelet's own socket: never taken over, consumers must be able to ask either."""
+SOCKET_FLAG: Final = "--podresources-socket"
+STOP_GRACE_S: Final = 1.0
+
+_EXCLUSIVE: Final = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+_LISTED_KINDS: Final = (ContainerKind.SIDECAR, ContainerKind.APP)
+
+
+def memory_of(blocks: Iterable[MemoryBlock]) -> list[pb.ContainerMemory]:
+    return [
+        pb.ContainerMemory(
+            memory_type=block.type,
+            size=block.size,
+            topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=node) for node in block.numa_affinity]),
+        )
+        for block in blocks
+    ]
+
+
+def pod_resources(snapshot: NodeSnapshot, sandbox: Sandbox) -> pb.PodResources:
+    """One pod's entry, by the reporting rules above."""
+    answer = pb.PodResources(name=sandbox.name, namespace=sandbox.namespace)
+    view = snapshot.placement
+    uid = view.admitted.get(sandbox.id)
+    pod = view.state.pods.get(uid) if uid is not None else None
+    if pod is None:
+        answer.containers.extend(
+            pb.ContainerResources(name=name) for sid, name in view.containers.values() if sid == sandbox.id
+        )
+        return answer
+    state = view.state
+    bubble = state.cpu.pod_entries.get(pod.uid)
+    pod_blocks = state.memory.pod_entries.get(pod.uid)
+    if bubble is not None:
+        answer.cpu_ids.extend(bubble.sorted())
+    if pod_blocks is not None:
+        answer.memory.extend(memory_of(pod_blocks))
+    decisions = {d.name: d for d in snapshot.engine.decision(state, pod.uid).containers}
+    for container in pod.all_containers:
+        if container.kind not in _LISTED_KINDS:
+            continue
+        entry = pb.ContainerResources(name=container.name)
+        decision = decisions.get(container.name)
+        if decision is not None and decision.assignment in _EXCLUSIVE:
+            entry.cpu_ids.extend(decision.cpus.sorted())
+        if pod_blocks is None or container_requests(pod, container):
+            entry.memory.extend(memory_of(state.memory.blocks(pod.uid, container.name) or ()))
+        answer.containers.append(entry)
+    return answer
+
+
+def listed_sandboxes(snapshot: NodeSnapshot) -> list[Sandbox]:
+    """One sandbox per pod, by namespace and name: a pod whose sandbox was recreated is listed once, by the
+    sandbox holding its allocations when one does."""
+    view = snapshot.placement
+    by_uid: dict[str, Sandbox] = {}
+    for sandbox in view.sandboxes.values():
+        if sandbox.uid not in by_uid or sandbox.id in view.admitted:
+            by_uid[sandbox.uid] = sandbox
+    return sorted(by_uid.values(), key=lambda s: (s.namespace, s.name, s.uid))
+
+
+def list_response(snapshot: NodeSnapshot) -> pb.ListPodResourcesResponse:
+    return pb.ListPodResourcesResponse(
+        pod_resources=[pod_resources(snapshot, sandbox) for sandbox in listed_sandboxes(snapshot)]
+    )
+
+
+def find_pod(snapshot: NodeSnapshot, namespace: str, name: str) -> pb.PodResources | None:
+    for sandbox in listed_sandboxes(snapshot):
+        if (sandbox.namespace, sandbox.name) == (namespace, name):
+            return pod_resources(snapshot, sandbox)
+    return None
+
+
+def allocatable_response(snapshot: NodeSnapshot) -> pb.AllocatableResourcesResponse:
+    """What the managers may hand out: all CPUs but the reserved ones, and per NUMA node and memory type the
+    allocatable bytes (none of either when that manager's policy is off, as the kubelet answers)."""
+    engine = snapshot.engine
+    static = engine.config.cpu_policy == "static"
+    cpus = engine.topology.all_cpus - engine.reserved_cpus if static else CPUSet()
+    machine = snapshot.placement.state.memory.machine
+    blocks = [
+        MemoryBlock((node,), name, table.allocatable)
+        for node, numa in sorted(machine.items())
+        for name, table in sorted(numa.memory_map.items())
+        if table.allocatable > 0
+    ]
+    return pb.AllocatableResourcesResponse(cpu_ids=cpus.sorted(), memory=memory_of(blocks))
+
+
+class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
+    """`List`, `Get` and `GetAllocatableResources` over whatever snapshot `snapshot()` returns at the call."""
+
+    def __init__(self, snapshot: Callable[[], NodeSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def List(
+        self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.ListPodResourcesResponse:
+        return list_response(self._snapshot())
+
+    def Get(
+        self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.GetPodResourcesResponse:
+        found = find_pod(self._snapshot(), request.pod_namespace, request.pod_name)
+        if found is None:
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
+            )
+        return pb.GetPodResourcesResponse(pod_resources=found)
+
+    def GetAllocatableResources(
+        self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pb.AllocatableResourcesResponse:
+        return allocatable_response(self._snapshot())
+
+
+class PodResourcesServer:
+    """The service on a unix socket at `path`, mode 0600 (0660 for `group`, a name or a number), listening
+    from construction (so a bad path fails at start-up) and answering from `start()` until `stop()`."""
+
+    def __init__(self, path: Path, snapshot: Callable[[], NodeSnapshot], *, group: str = "") -> None:
+        self.path = Path(os.path.abspath(path))
+        if os.path.realpath(self.path) == os.path.realpath(KUBELET_SOCKET):
+            raise InputError(SOCKET_FLAG, f"{path} is the kubelet's own PodResources socket; the plugin "
+                             f"needs a path of its own (default {DEFAULT_SOCKET})")
+        gid = group_id(group) if group else None
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="podresources"))
+        pb_grpc.add_PodResourcesListerServicer_to_server(PodResourcesServicer(snapshot), self._server)
+        self._created = bind_private(self.path, self._bind, gid=gid, rule=SOCKET_FLAG)
+
+    def _bind(self, address: str) -> None:
+        try:
+            self._server.add_insecure_port(address)
+        except RuntimeError as err:
+            raise InputError(SOCKET_FLAG, f"cannot listen on {self.path}: {err}") from None
+
+    def start(self) -> None:
+        self._server.start()
+        log.info("serving PodResources v1 on unix:%s", self.path)
+
+    def stop(self) -> None:
+        self._server.stop(STOP_GRACE_S).wait()
+        remove_if_same(self.path, self._created)
