@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import uuid
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -24,10 +22,20 @@ import pytest
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import linux_resources
 from podlevel.state.formats import CPUCheckpoint, decode
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
+from support.demo_node import (
+    ALL,
+    ASSIGNABLE,
+    RESERVED,
+    Applied,
+    applied,
+    demo_pod,
+    quota_off,
+    wait_applied,
+)
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
@@ -37,11 +45,6 @@ from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-PODS: Final = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "pods-2cpu.yaml"
-ALL: Final = "0-1"
-RESERVED: Final = "0"
-ASSIGNABLE: Final = "1"
-APPLY_TIMEOUT_S: Final = 10.0
 LOG_TIMEOUT_S: Final = 15.0
 
 
@@ -50,53 +53,6 @@ def two_cpus() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if cpus != [0, 1]:
         raise RuntimeError(f"these tests are sized for a host with CPUs 0-1, this process may use {cpus}")
-
-
-def demo_pod(name: str) -> Pod:
-    """A demo pod under a fresh uid, so no two tests (or flavours) share a pod cgroup."""
-    [pod] = [p for p in load_pods(PODS.read_text(), str(PODS)) if p.name == name]
-    return replace(pod, uid=str(uuid.uuid4()))
-
-
-@dataclass(frozen=True)
-class Applied:
-    """What the kernel applies to a running container."""
-
-    cpus: str
-    mems: str
-    quota: str
-    """The raw CFS quota: cpu.cfs_quota_us on v1 ("-1" = off), the first field of cpu.max on v2 ("max")."""
-    allowed: str
-    """/proc/PID/status Cpus_allowed_list of the container's process."""
-
-
-def raw_quota(cgroups_path: str) -> str:
-    relative = cgroups_path.strip("/")
-    if cgroupfs.is_cgroup2():
-        return (cgroupfs.CGROUP_MOUNT / relative / "cpu.max").read_text().split()[0]
-    return (cgroupfs.CGROUP_MOUNT / "cpu" / relative / "cpu.cfs_quota_us").read_text().strip()
-
-
-def applied(cri: CRI, container_id: str) -> Applied:
-    status = cri.container_status(container_id)
-    assert status.state == "CONTAINER_RUNNING" and status.pid, (status.name, status.state)
-    values = cgroupfs.read_cgroup(status.cgroups_path)
-    return Applied(values.cpus, values.mems, raw_quota(status.cgroups_path),
-                   cgroupfs.cpus_allowed_list(status.pid))
-
-
-def quota_off() -> str:
-    return "max" if cgroupfs.is_cgroup2() else "-1"
-
-
-def wait_applied(cri: CRI, container_id: str, cpus: str) -> Applied:
-    """The container's settings once its cgroup and its process both hold `cpus`."""
-
-    def there() -> Applied | None:
-        now = applied(cri, container_id)
-        return now if now.cpus == now.allowed == cpus else None
-
-    return wait_until(there, APPLY_TIMEOUT_S, f"container {container_id[:12]} on CPUs {cpus}")
 
 
 def test_exclusive_slice_quota_off_and_node_shared_pool_moved(cri: CRI, plugin: PluginProcess) -> None:

@@ -11,16 +11,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 import pytest
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR, TOPOLOGY_AFFINITY_ERROR
-from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from support.demo_node import demo_pod
 from support.scrape import Samples, samples_of, value
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError
@@ -30,14 +27,7 @@ from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
-PODS: Final = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "pods-2cpu.yaml"
 LOG_TIMEOUT_S: Final = 15.0
-
-
-def fresh(name: str) -> Pod:
-    """A demo pod under a new uid (each start is a new pod to the plugin)."""
-    [pod] = [p for p in load_pods(PODS.read_text(), str(PODS)) if p.name == name]
-    return replace(pod, uid=str(uuid.uuid4()))
 
 
 def scrape(plugin: PluginProcess) -> Samples:
@@ -75,16 +65,16 @@ def test_counters_follow_a_churn_of_pods(containerd: Containerd, cri: CRI, tmp_p
         assert resource_counts(start) == {}
         assert value(start, "nri_podlevel_free_cpus", numa_node="0") == 1
 
-        start_pod(cri, fresh("web"), with_shape=False)  # unmanaged: allocates nothing
-        first = start_pod(cri, fresh("fast-path"))  # the bubble of CPU 1; main-app its exclusive slice
+        start_pod(cri, demo_pod("web"), with_shape=False)  # unmanaged: allocates nothing
+        first = start_pod(cri, demo_pod("fast-path"))  # the bubble of CPU 1; main-app its exclusive slice
         with pytest.raises(CRIError):
-            start_pod(cri, fresh("no-room"))  # empty pod shared pool: refused by the CPU manager
+            start_pod(cri, demo_pod("no-room"))  # empty pod shared pool: refused by the CPU manager
         with pytest.raises(CRIError):
-            start_pod(cri, fresh("fast-path"))  # no CPU left: refused by the topology manager
+            start_pod(cri, demo_pod("fast-path"))  # no CPU left: refused by the topology manager
         busy = scrape(plugin)
         cri.stop_pod(first.sandbox_id)
         plugin.wait_for_line("released default/fast-path", LOG_TIMEOUT_S)
-        start_pod(cri, fresh("fast-path"))  # CPU 1 is free again
+        start_pod(cri, demo_pod("fast-path"))  # CPU 1 is free again
         end = scrape(plugin)
     finally:
         plugin.stop()

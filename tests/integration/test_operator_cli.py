@@ -18,8 +18,8 @@ from typing import Any, Final
 
 import pytest
 
-from integration.test_agent import ASSIGNABLE, PODS, RESERVED, demo_pod, wait_applied
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR, TOPOLOGY_AFFINITY_ERROR
+from support.demo_node import ASSIGNABLE, PODS, RESERVED, demo_pod, wait_applied
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError

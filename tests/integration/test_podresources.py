@@ -34,6 +34,7 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import load_pods
 from support import debian_protos
+from support.demo_node import demo_pod
 from testbed import cgroupfs
 from testbed.cri import CRI, CRIError
 from testbed.kubelet import StartedPod, start_pod
@@ -41,7 +42,6 @@ from testbed.plugin_process import PluginProcess
 from testbed.wait import wait_until
 
 CLIENT: Final = Path(__file__).with_name("podresources_client.py")
-DEMO_PODS: Final = Path(__file__).resolve().parents[2] / "deploy" / "demo" / "pods-2cpu.yaml"
 RESERVED_MEMORY: Final = 100 * 2**20
 """The plugin's default --reserved-memory on node 0."""
 TIMEOUT_S: Final = 15.0
@@ -83,11 +83,6 @@ def upstream_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def fresh(pod: Pod) -> Pod:
     return replace(pod, uid=str(uuid.uuid4()))
-
-
-def demo_pod(name: str) -> Pod:
-    [pod] = [p for p in load_pods(DEMO_PODS.read_text(), str(DEMO_PODS)) if p.name == name]
-    return fresh(pod)
 
 
 def ask_upstream(generated: Path, socket: Path, *pods: str) -> dict[str, Any]:

@@ -138,3 +138,15 @@ def three_pods(state: StateDir | None = None) -> PodLevelPlugin:
     except RpcError:
         return plugin
     raise AssertionError("no-room was admitted")
+
+
+def v2_root(tmp_path: Path, pod: Pod) -> Path:
+    """A cgroup v2 tree shaped like the kubelet's, with the pod cgroup of `pod` (Guaranteed tier)."""
+    root = tmp_path / "cgroup"
+    pod_dir = root / "kubepods" / f"pod{pod.uid}"
+    pod_dir.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
+    for name in ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective"):
+        (pod_dir / name).write_text("\n")
+    (pod_dir / "cpu.max").write_text("200000 100000\n")
+    return root

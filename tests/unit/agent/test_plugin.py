@@ -14,12 +14,11 @@ from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
-from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
-from support.builders import MI, container, fast_path, new_engine, sandbox
+from support.builders import MI, container, fast_path, new_engine, sandbox, v2_root
 
 
 @pytest.fixture
@@ -173,18 +172,6 @@ def test_a_failed_checkpoint_write_places_the_container_and_is_retried(
     plugin.stop_container(web, container(web, "server"))
     saved = state.load().cpu.content
     assert saved is not None and saved.pod_entries == plugin.placement.state.cpu.pod_entries
-
-
-def v2_root(tmp_path: Path, pod: Pod) -> Path:
-    """A cgroup v2 tree shaped like the kubelet's, with the pod cgroup of `pod` (Guaranteed tier)."""
-    root = tmp_path / "cgroup"
-    pod_dir = root / "kubepods" / f"pod{pod.uid}"
-    pod_dir.mkdir(parents=True)
-    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
-    for name in ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective", "cpuset.mems.effective"):
-        (pod_dir / name).write_text("\n")
-    (pod_dir / "cpu.max").write_text("200000 100000\n")
-    return root
 
 
 def test_the_pod_cgroup_gets_the_bubble_and_a_failed_write_is_retried(

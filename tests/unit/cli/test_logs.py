@@ -17,8 +17,7 @@ from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.cli.logs import configure_logging
 from podlevel.engine.cpuset import CPUSet
 from podlevel.nri import RpcError
-from support.builders import fast_path, new_engine
-from unit.agent.test_plugin import container, sandbox
+from support.builders import container, fast_path, new_engine, sandbox
 
 
 class Terminal(io.StringIO):

@@ -19,9 +19,8 @@ from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.report.http import ReportServer
 from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.store import StateDir
-from support.builders import GI, MI, app, fast_path, guaranteed, new_engine, pod
+from support.builders import GI, MI, app, container, fast_path, guaranteed, new_engine, pod, sandbox, v2_root
 from support.scrape import Samples, samples_of, value
-from unit.agent.test_plugin import container, sandbox, v2_root
 
 
 def samples(metrics: PluginMetrics) -> Samples:
