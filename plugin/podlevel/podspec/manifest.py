@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-import yaml
-
 from podlevel.engine.errors import InputError
 from podlevel.engine.pod import (
     CPU,
@@ -47,23 +45,6 @@ def derived_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
 
 
-def load_pods(text: str, source: str = "<input>") -> list[Pod]:
-    """Every Pod in a (multi-document) YAML text, in order. Empty documents are skipped."""
-    try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        raise InputError("yaml", f"{source}: {err}") from None
-    pods: list[Pod] = []
-    for index, document in enumerate(documents):
-        if document is None:
-            continue
-        where = source if len(documents) == 1 else f"{source} document {index + 1}"
-        pods.append(pod_from_manifest(document, where))
-    if not pods:
-        raise InputError("manifest", f"{source}: no Pod manifest in the input")
-    return pods
-
-
 def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
     """One Pod manifest (as PyYAML or json loads it) -> `Pod`."""
     manifest = _mapping(document, where, "")
@@ -81,7 +62,7 @@ def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
     elif not isinstance(uid, str) or not uid:
         raise InputError("manifest", f"{where}: metadata.uid must be a non-empty string")
     spec = _mapping(manifest.get("spec"), where, "spec")
-    return _pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
+    return pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
 
 
 def to_annotation(pod: Pod) -> str:
@@ -109,14 +90,16 @@ def from_annotation(text: str, *, name: str, namespace: str = "default", uid: st
     version = shape.get("v")
     if version != SHAPE_VERSION:
         raise InputError("pod shape", f"{where}: v is {version!r}, this version reads {SHAPE_VERSION}")
-    return _pod_from_spec(
+    return pod_from_spec(
         shape, where, "", uid=uid or derived_uid(namespace, name), name=name, namespace=namespace
     )
 
 
-def _pod_from_spec(
+def pod_from_spec(
     spec: Mapping[str, object], where: str, prefix: str, *, uid: str, name: str, namespace: str
 ) -> Pod:
+    """A PodSpec (a Pod's, a workload's pod template's, or the annotation's subset) -> `Pod`; `prefix` is
+    the spec's field path in the document, for messages."""
     init_containers = _containers(spec.get("initContainers"), where, f"{prefix}initContainers", init=True)
     containers = _containers(spec.get("containers"), where, f"{prefix}containers", init=False)
     if not containers:
