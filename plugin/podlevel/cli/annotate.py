@@ -17,6 +17,7 @@ import yaml
 
 from podlevel.cli.simulate import read_inputs
 from podlevel.engine.errors import InputError
+from podlevel.podspec.documents import load_yaml_all
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, pod_from_manifest, to_annotation
 
 
@@ -33,10 +34,7 @@ def add_parser(subparsers: Any) -> None:
 
 def annotate(text: str, source: str) -> list[dict[str, Any]]:
     """Every Pod document of `text` with the annotation set (replacing a stale one)."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        raise InputError("yaml", f"{source}: {err}") from None
+    documents = [d for d in load_yaml_all(text, source) if d is not None]
     annotated: list[dict[str, Any]] = []
     for index, document in enumerate(documents):
         pod = pod_from_manifest(document, source if len(documents) == 1 else f"{source} document {index + 1}")

@@ -10,6 +10,7 @@ into a message; a value that does not is an `InputError` naming the field and th
 from __future__ import annotations
 
 import re
+from itertools import accumulate
 from typing import Final
 
 from podlevel.engine.errors import InputError
@@ -46,10 +47,23 @@ _DNS1123_LABEL: Final = re.compile(_LABEL)
 _DNS1123_SUBDOMAIN: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _QUALIFIED_NAME: Final = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
+_JSON_STRING: Final = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]++")
+_BRACKET_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 _PLAIN: Final = re.compile(r"[-A-Za-z0-9_./:@]*")
 QUOTED_MAX: Final = 128
 """Untrusted text quoted in a message or log line is cut to this many characters: a 1 MiB name must not
 make every refusal a 1 MiB log line."""
+
+
+def json_depth(text: str) -> int:
+    """How deep JSON `text` nests arrays and objects, without decoding it; at most `MAX_NESTING` + 1 is
+    exact when the text has few brackets (the common case is two `str.count` calls)."""
+    opening = text.count("[") + text.count("{")
+    if opening <= MAX_NESTING:
+        return opening
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub('""', text))
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
 def quote(value: object, limit: int = QUOTED_MAX) -> str:

@@ -16,18 +16,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from itertools import accumulate
 from typing import Any, Final
 
 import yaml
 
 from podlevel.engine.errors import InputError
-from podlevel.engine.limits import MAX_INTEGER_DIGITS, MAX_NESTING, encodable, quote
+from podlevel.engine.limits import MAX_INTEGER_DIGITS, MAX_NESTING, encodable, json_depth, quote
 
-_STRING: Final = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
-_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]++")
 _PLAIN_KEY: Final = re.compile(r"[A-Za-z0-9_./-]{1,63}")
-_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 class JSONNumber(str):
@@ -38,11 +34,9 @@ class JSONNumber(str):
 
 def load_json(text: str, where: str) -> object:
     """Decode one JSON document. Raises InputError with rule "json" (or "UTF-8") naming `where`."""
-    if text.count("[") + text.count("{") > MAX_NESTING:
-        brackets = _NOT_BRACKET.sub("", _STRING.sub('""', text))
-        depth = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
-        if depth > MAX_NESTING:
-            raise InputError("json", f"{where}: nested {depth} levels deep, at most {MAX_NESTING} are read")
+    depth = json_depth(text)
+    if depth > MAX_NESTING:
+        raise InputError("json", f"{where}: nested {depth} levels deep, at most {MAX_NESTING} are read")
     try:
         document = _DECODER.decode(text)
     except ValueError as err:  # JSONDecodeError, or a number the hooks refused
