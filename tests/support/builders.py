@@ -16,8 +16,9 @@ from podlevel.engine.manager import Engine, EngineConfig
 from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.nri import RpcError, api
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation, load_pods, to_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
+from podlevel.podspec.workloads import load_pods
 from podlevel.state.store import StateDir
 
 MI: Final = 2**20

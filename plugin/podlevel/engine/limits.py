@@ -27,6 +27,9 @@ command line or a file naming a higher id is refused before a bitmask is built f
 MAX_NUMA_NODES: Final = 1024
 """NUMA node ids are below Linux's largest `MAX_NUMNODES` (`NODES_SHIFT` 10)."""
 
+MAX_POD_COPIES: Final = 10_000
+"""A workload simulated on one node stands for at most this many pods: no kubelet runs more (its `maxPods`
+defaults to 110), and `replicas` (an int32) would otherwise make a simulation build two billion pods."""
 MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 """The API server caps all annotations of an object together at 256 KiB (`TotalAnnotationSizeLimitB`), so a
 longer pod-shape annotation cannot come from a Pod."""

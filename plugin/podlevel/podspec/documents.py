@@ -104,10 +104,22 @@ def load_yaml_all(text: str, where: str, *, as_text: bool = False) -> list[Any]:
     try:
         documents = list(yaml.load_all(text, Loader=_TextLoader if as_text else _Loader))
     except yaml.YAMLError as err:
-        raise InputError("yaml", f"{where}: {_short(err)}") from None
+        raise yaml_error(err, where) from None
     for document in documents:
         check_text(document, where)
     return documents
+
+
+def yaml_loader(text: str) -> yaml.SafeLoader:
+    """PyYAML's safe loader over `text` within the limits, for callers that need the nodes too; its
+    `yaml.YAMLError`s become InputErrors with `yaml_error`, and what it constructs is checked with
+    `check_text`."""
+    return _Loader(text)
+
+
+def yaml_error(err: yaml.YAMLError, where: str) -> InputError:
+    """The InputError (rule "yaml") for a YAML error of the input `where`, on one line."""
+    return InputError("yaml", f"{where}: {_short(err)}")
 
 
 def check_text(document: object, where: str) -> None:

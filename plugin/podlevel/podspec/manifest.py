@@ -38,7 +38,7 @@ from podlevel.engine.pod import (
     Resources,
 )
 from podlevel.engine.quantity import bytes_of, format_bytes, milli_cpu
-from podlevel.podspec.documents import JSONNumber, load_json, load_yaml_all
+from podlevel.podspec.documents import JSONNumber, load_json
 
 SHAPE_ANNOTATION: Final = "nri-podlevel.io/pod-shape"
 """The pod annotation whose value is `to_annotation(pod)`; the NRI side reads it with `from_annotation`."""
@@ -53,20 +53,6 @@ _UID_NAMESPACE: Final = uuid.UUID("6f1c52a4-5d0e-4c55-9f51-8d3a2b7e0c11")
 def derived_uid(namespace: str, name: str) -> str:
     """The uid a pod without `metadata.uid` gets: stable for its namespace/name, shaped like a real one."""
     return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
-
-
-def load_pods(text: str, source: str = "<input>") -> list[Pod]:
-    """Every Pod in a (multi-document) YAML text, in order. Empty documents are skipped."""
-    documents = load_yaml_all(text, source)
-    pods: list[Pod] = []
-    for index, document in enumerate(documents):
-        if document is None:
-            continue
-        where = source if len(documents) == 1 else f"{source} document {index + 1}"
-        pods.append(pod_from_manifest(document, where))
-    if not pods:
-        raise InputError("manifest", f"{source}: no Pod manifest in the input")
-    return pods
 
 
 def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
@@ -90,7 +76,7 @@ def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
             "manifest", f"{where}: metadata.uid must be a non-empty string of at most {_UID_MAX} characters"
         )
     spec = _mapping(manifest.get("spec"), where, "spec")
-    return _pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
+    return pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
 
 
 def to_annotation(pod: Pod) -> str:
@@ -125,14 +111,16 @@ def from_annotation(text: str, *, name: str, namespace: str = "default", uid: st
     if not (isinstance(version, JSONNumber) and version == str(SHAPE_VERSION)):
         shown = version if isinstance(version, JSONNumber) else quote(version)
         raise InputError("pod shape", f"{where}: v is {shown}, this version reads {SHAPE_VERSION}")
-    return _pod_from_spec(
+    return pod_from_spec(
         shape, where, "", uid=uid or derived_uid(namespace, name), name=name, namespace=namespace
     )
 
 
-def _pod_from_spec(
+def pod_from_spec(
     spec: Mapping[str, object], where: str, prefix: str, *, uid: str, name: str, namespace: str
 ) -> Pod:
+    """A PodSpec (a Pod's, a workload's pod template's, or the annotation's subset) -> `Pod`; `prefix` is
+    the spec's field path in the document, for messages."""
     init_containers = _containers(spec.get("initContainers"), where, f"{prefix}initContainers", init=True)
     containers = _containers(spec.get("containers"), where, f"{prefix}containers", init=False)
     if not containers:

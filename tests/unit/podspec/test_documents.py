@@ -82,3 +82,19 @@ def test_as_text_keeps_every_scalar_as_written() -> None:
     assert load_yaml_all("a: 010\nb: true\nc: ~\nd: .nan", "w", as_text=True) == [
         {"a": "010", "b": "true", "c": "~", "d": ".nan"}
     ]
+
+
+def test_workloads_are_read_within_the_limits() -> None:
+    from podlevel.podspec.workloads import load_pods
+
+    deployment = ("kind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 2000000000\n  template:\n"
+                  "    spec: {containers: [{name: c}]}\n")
+    started = time.perf_counter()
+    with pytest.raises(InputError, match="up to 10000"):
+        load_pods(deployment, "d.yaml")
+    with pytest.raises(InputError, match="nested more than 64"):
+        load_pods("kind: Pod\nmetadata: " + "[" * 5000, "deep.yaml")
+    with pytest.raises(InputError) as caught:
+        load_pods('kind: Pod\nmetadata: {name: "\\ud800"}', "s.yaml")
+    assert caught.value.rule == "UTF-8"
+    assert time.perf_counter() - started < 0.5

@@ -10,10 +10,10 @@ from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
     derived_uid,
     from_annotation,
-    load_pods,
     pod_from_manifest,
     to_annotation,
 )
+from podlevel.podspec.workloads import load_pods
 from support.builders import EXAMPLES, GI, example
 
 
@@ -40,31 +40,6 @@ def test_the_documentation_pod_scope_mixed_example() -> None:
     assert main.resources.is_equivalent_guaranteed()
     assert dict(main.resources.limits) == {"cpu": 2000, "memory": 2 * GI}
     assert pod.qos_class() is QOSClass.GUARANTEED
-
-
-def test_all_documentation_examples_load() -> None:
-    names = sorted(p.name for f in EXAMPLES.glob("*.yaml") for p in load_pods(f.read_text(), str(f)))
-    assert {"pod-scope-mixed", "empty-shared-pool", "container-scope-mixed"} <= set(names)
-
-
-def test_multi_document_yaml_keeps_order_and_skips_empty_documents() -> None:
-    text = """
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b, namespace: team}
-spec: {containers: [{name: c}]}
----
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, uid: 1234-abcd}
-spec: {containers: [{name: c}]}
-"""
-    first, second = load_pods(text)
-    assert (first.name, first.namespace, first.uid) == ("b", "team", derived_uid("team", "b"))
-    assert (second.name, second.namespace, second.uid) == ("a", "default", "1234-abcd")
-    assert first.resources is None
 
 
 def test_derived_uid_is_stable_and_distinct() -> None:
@@ -270,22 +245,6 @@ def test_bad_documents(document: object, rule: str) -> None:
     with pytest.raises(InputError) as caught:
         pod_from_manifest(document)
     assert caught.value.rule == rule
-
-
-def test_yaml_syntax_error_and_empty_input() -> None:
-    with pytest.raises(InputError) as caught:
-        load_pods("kind: Pod\n  bad: [", "broken.yaml")
-    assert caught.value.rule == "yaml" and "broken.yaml" in caught.value.message
-    with pytest.raises(InputError) as caught:
-        load_pods("---\n", "empty.yaml")
-    assert caught.value.rule == "manifest"
-
-
-def test_errors_name_the_document_of_a_multi_document_file() -> None:
-    text = "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {}"
-    with pytest.raises(InputError) as caught:
-        load_pods(text, "two.yaml")
-    assert caught.value.message.startswith("two.yaml document 2: metadata.name")
 
 
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
