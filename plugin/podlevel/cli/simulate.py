@@ -35,10 +35,10 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.cli.inputs import read_text, source_name
 from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -163,10 +163,7 @@ def load_topology(spec: str) -> Topology:
 
 def read_inputs(paths: Sequence[str]) -> list[tuple[str, str, str]]:
     """(path, name for messages, text) of each argument; "-" is standard input."""
-    return [
-        (path, "<stdin>", sys.stdin.read()) if path == "-" else (path, path, Path(path).read_text())
-        for path in paths
-    ]
+    return [(path, source_name(path), read_text(path)) for path in paths]
 
 
 def read_pods(paths: Sequence[str]) -> list[Pod]:

@@ -21,7 +21,9 @@ from typing import Final
 import yaml
 
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import MAX_POD_COPIES, quote
 from podlevel.engine.pod import Pod
+from podlevel.podspec.documents import check_text, yaml_error, yaml_loader
 from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
     derived_uid,
@@ -83,15 +85,17 @@ class Document:
 
 def parse(text: str, source: str) -> list[Document]:
     """The non-empty documents of a (multi-document) YAML or JSON text, with their nodes (for editing)."""
-    loader = yaml.SafeLoader(text)
+    loader = yaml_loader(text)
     documents: list[Document] = []
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is not None:
-                documents.append(Document(node, loader.construct_document(node), ""))
+                data = loader.construct_document(node)
+                check_text(data, source)
+                documents.append(Document(node, data, ""))
     except yaml.YAMLError as err:
-        raise InputError("yaml", f"{source}: {err}") from None
+        raise yaml_error(err, source) from None
     finally:
         loader.dispose()
     documents = [d for d in documents if d.data is not None]
@@ -120,7 +124,7 @@ def pod_sources(document: object, where: str) -> list[PodSource]:
         return sources
     if not isinstance(kind, str) or kind not in TEMPLATES:
         known = ", ".join(["Pod", *TEMPLATES, "List"])
-        raise InputError("manifest kind", f"{where}: kind is {kind!r}, expected one of {known}")
+        raise InputError("manifest kind", f"{where}: kind is {quote(kind)}, expected one of {known}")
     return [_template(manifest, kind, where)]
 
 
@@ -164,9 +168,10 @@ def _template(manifest: Mapping[str, object], kind: str, where: str) -> PodSourc
     copies = 1 if copies_path is None else _get(manifest, copies_path)
     if copies is None:
         copies = 1
-    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 0:
+    if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= MAX_POD_COPIES:
         field = ".".join(map(str, copies_path or ()))
-        raise InputError("manifest", f"{where}: {field} must be a non-negative integer, not {copies!r}")
+        raise InputError("manifest", f"{where}: {field} must be a non-negative integer up to "
+                                     f"{MAX_POD_COPIES} (the pods one node can run), not {quote(copies)}")
     return PodSource(path, pod, copies)
 
 
