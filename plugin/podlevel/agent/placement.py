@@ -95,7 +95,8 @@ class PodCgroupSettings:
     pod_uid: str
     cgroup_parent: str
     cpus: CPUSet | None
-    """The bubble's CPUs; None: the pod has no bubble, its cpuset stays as the kubelet made it."""
+    """The bubble's CPUs; None: the pod has no bubble, so its cgroup is as wide as its parent's (as the
+    kubelet made it; a pod narrowed by an earlier run under other settings is widened back)."""
     mems: tuple[int, ...]
     unlimited_quota: bool
     """A container holds CPUs of its own: the kubelet lifts the pod's CFS quota then."""
@@ -313,12 +314,11 @@ class Placement:
         self._sandbox_pods[sandbox.id] = pod.uid
         self._refused.pop(sandbox.id, None)
         exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
-        if decision.bubble_cpus is not None or exclusive:
-            self.pod_cgroups[sandbox.id] = PodCgroupSettings(
-                f"{pod.namespace}/{pod.name}", pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
-                decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
-                self.engine.config.cpu_period_us,
-            )
+        self.pod_cgroups[sandbox.id] = PodCgroupSettings(
+            f"{pod.namespace}/{pod.name}", pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
+            decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
+            self.engine.config.cpu_period_us,
+        )
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -537,7 +537,9 @@ class _ResyncCount:
         elif not restoring:
             self._readopted += 1
         elif now.entries.get(pod_uid, {}) != recorded:
-            self._moved.append((sandbox_id, "its exclusive CPUs were re-placed inside its recorded CPUs"))
+            why = ("its exclusive CPUs were re-placed inside its recorded CPUs" if now.entries.get(pod_uid)
+                   else "it holds no exclusive CPUs under the current settings; its recorded ones were freed")
+            self._moved.append((sandbox_id, why))
         else:
             self._restored += 1
 

@@ -21,7 +21,9 @@ from podlevel.cgroups import (
     CgroupError,
     CgroupIOError,
     Cpuset,
+    PodCgroup,
     locate_pod_cgroup,
+    read_effective,
     write_bubble,
     write_cpu_max,
 )
@@ -54,6 +56,7 @@ class PodCgroups:
                 self._apply(sandbox_id, settings)
 
     def _apply(self, sandbox_id: str, settings: PodCgroupSettings) -> None:
+        widened: Cpuset | None = None
         try:
             pod = locate_pod_cgroup(
                 pod_uid=settings.pod_uid, cgroup_parent=settings.cgroup_parent, cgroup_root=self.root
@@ -64,6 +67,8 @@ class PodCgroups:
                     log.warning("pod cgroup %s: bubble cpus %s in force as %s (its parent is narrower)",
                                 pod.path, settings.cpus, effective.cpus, path=pod.path, pod=settings.what,
                                 cpus=settings.cpus, effective=effective.cpus)
+            else:
+                widened = _widen(pod)
             if settings.unlimited_quota:
                 write_cpu_max(pod, None, settings.cpu_period_us)
         except CgroupIOError as err:
@@ -76,8 +81,12 @@ class PodCgroups:
         self._written[sandbox_id] = settings
         if self.failed.pop(sandbox_id, None) is not None:
             log.info("pod cgroup of %s written after an earlier failure", settings.what, pod=settings.what)
-        cpus = settings.cpus or "untouched"
-        mems = ",".join(map(str, settings.mems)) if settings.cpus is not None else "untouched"
+        if settings.cpus is not None:
+            cpus, mems = str(settings.cpus), ",".join(map(str, settings.mems))
+        elif widened is not None:
+            cpus, mems = f"{widened.cpus} (as its parent)", str(widened.mems)
+        else:
+            cpus = mems = "untouched"
         quota = "off" if settings.unlimited_quota else "untouched"
         log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, cpus, mems, quota, path=pod.path,
                  pod=settings.what, cpus=cpus, mems=mems, quota=quota)
@@ -88,3 +97,13 @@ class PodCgroups:
             log.error("pod cgroup not written, will retry at the next event: %s", reason, sandbox=sandbox_id,
                       reason=reason)
         self.failed[sandbox_id] = reason
+
+
+def _widen(pod: PodCgroup) -> Cpuset | None:
+    """Give a pod without a bubble its parent's cpuset again if it holds less (an earlier run, under other
+    settings, wrote a bubble there); returns what was written, None when nothing needed to be."""
+    parent = read_effective(pod.cpuset_dir.parent, pod.version)
+    if read_effective(pod.cpuset_dir, pod.version) == parent:
+        return None
+    write_bubble(pod, parent)
+    return parent

@@ -756,3 +756,16 @@ def test_a_restart_after_a_resize_is_not_checked_again() -> None:
     resized = replace(container_resources(pod, pod.container("app")), memory_limit=512 * MI)
     settings, _ = placement.create(sandbox, "fast-app-2", "app", resized)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
+
+
+def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> None:
+    live, sandboxes, rows = running_pods()
+    restarted = Placement(new_engine(cpu_policy="none"), recorded=live.state.cpu)
+
+    _, refused = restarted.synchronize(sandboxes, rows)
+
+    assert refused == [] and not restarted.state.cpu.pod_entries
+    reasons = dict(restarted.resync.moved)
+    assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
+    assert all("holds no exclusive CPUs under the current settings" in why for why in reasons.values())
+    assert all(s.cpu_quota_us is None or s.cpu_quota_us > 0 for s in restarted.applied.values())

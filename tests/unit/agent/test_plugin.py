@@ -270,3 +270,26 @@ def test_each_event_publishes_a_snapshot_later_events_leave_alone(plugin: PodLev
     assert now.refusals["sb-no-room"].startswith("EmptyPodSharedPoolError: ")
     assert now.placement.containers == {} and now.cgroups_paths == {}
     assert "sb-fast" not in now.placement.sandboxes
+
+
+def test_a_pod_without_a_bubble_gets_its_parent_cpuset_back(tmp_path: Path) -> None:
+    """A run under the static policy narrowed the pod cgroup to a bubble; under the CPU policy `none` the pod
+    has no bubble, so its cgroup is widened back to its parent's, or its containers could not follow the
+    node shared pool."""
+    pod = fast_path()
+    root = v2_root(tmp_path, pod)
+    kubepods, pod_dir = root / "kubepods", root / "kubepods" / f"pod{pod.uid}"
+    (kubepods / "cpuset.cpus.effective").write_text("0-15\n")
+    (kubepods / "cpuset.mems.effective").write_text("0-1\n")
+    (pod_dir / "cpuset.cpus.effective").write_text("4-7\n")
+    (pod_dir / "cpuset.mems.effective").write_text("1\n")
+    cgroups = PodCgroups(root)
+    plugin = PodLevelPlugin(Placement(new_engine(cpu_policy="none")), pod_cgroups=cgroups)
+    fast = sandbox(pod)
+    fast.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+
+    plugin.create_container(fast, container(fast, "app"))
+
+    assert cgroups.failed == {}
+    assert (pod_dir / "cpuset.cpus").read_text().strip() == "0-15"
+    assert (pod_dir / "cpuset.mems").read_text().strip() == "0-1"
