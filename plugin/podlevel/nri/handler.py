@@ -12,7 +12,9 @@ Arguments are the generated protobuf messages (`podlevel.nri.api`): `api.PodSand
 - `evictions` ask the runtime to evict containers.
 Raising fails the event: for CreateContainer, RunPodSandbox, StartContainer and UpdateContainer the runtime
 fails the CRI operation with the message; for the others it only logs it. Raise
-`podlevel.nri.RpcError` with a `podlevel.nri.Code` to choose the status code (default Unknown).
+`podlevel.nri.RpcError` with a `podlevel.nri.Code` to choose the status code; any other exception, or a
+result that makes no valid reply, answers Internal naming it. Either way only that event fails: the
+connection stays.
 """
 
 from __future__ import annotations

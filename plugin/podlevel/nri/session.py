@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError, EncodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable
@@ -85,6 +85,12 @@ def decode(cls: type[M], payload: bytes) -> M:
         raise RpcError(Code.INVALID_ARGUMENT, f"undecodable {cls.__name__}: {exc}") from exc
 
 
+def unencodable(rpc: str, exc: Exception) -> RpcError:
+    """The status for a handler result that makes no valid reply (a field of the wrong type, text that
+    UTF-8 cannot carry): the handler's fault, not the runtime's."""
+    return RpcError(Code.INTERNAL, f"{rpc}: the handler's answer cannot be encoded: {exc}")
+
+
 def _seconds(timeout: float) -> str:
     # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
     return f"{timeout:.3f} s" if timeout else "none (runtime default)"
@@ -137,7 +143,11 @@ class Session:
     def _request_handler(self, method: _Method) -> RequestHandler:
         async def handle(request: Request) -> bytes:
             _arrival.set(self._clock())
-            return (await method(request.payload)).SerializeToString()
+            reply = await method(request.payload)
+            try:
+                return reply.SerializeToString()
+            except (EncodeError, TypeError, ValueError) as exc:
+                raise unencodable(request.method, exc) from exc
 
         return handle
 
@@ -249,7 +259,12 @@ class Session:
 
         async def handle(payload: bytes) -> Message:
             result = await self._call(route, decode(route.request, payload))
-            return route.reply(result) if route.reply is not None else api.Empty()
+            if route.reply is None:
+                return api.Empty()
+            try:
+                return route.reply(result)
+            except (EncodeError, TypeError, ValueError) as exc:
+                raise unencodable(route.rpc, exc) from exc
 
         return handle
 

@@ -447,7 +447,43 @@ def test_handler_errors_become_error_statuses(tmp_path: Path) -> None:
             crashed = await side.call_raw(
                 "CreateContainer", api.CreateContainerRequest(container=api.Container(name="x"))
             )
-            assert (crashed.code, crashed.message) == (Code.UNKNOWN, "CreateContainer: KeyError('x')")
+            assert (crashed.code, crashed.message) == (
+                Code.INTERNAL,
+                "CreateContainer: internal error: KeyError: 'x'",
+            )
+
+    run(main())
+
+
+def test_unencodable_answers_and_hostile_names_fail_only_their_event(tmp_path: Path) -> None:
+    class Broken(Handler):
+        def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
+            if container.name == "bad-answer":
+                return CreateResult(updates=["not an update"])  # type: ignore[list-item]
+            if container.name == "hostile":
+                raise RpcError(Code.INVALID_ARGUMENT, "container name 'a\ud800' is not UTF-8")
+            return CreateResult()
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path), serving(stub_for(Broken(), path)):
+            side = await runtime.accept()
+            await side.handshake()
+
+            async def create(name: str) -> Any:
+                request = api.CreateContainerRequest(container=api.Container(name=name))
+                return await side.call_raw("CreateContainer", request)
+
+            bad = await create("bad-answer")
+            assert bad.code == Code.INTERNAL
+            assert bad.message.startswith("CreateContainer: the handler's answer cannot be encoded: ")
+            hostile = await create("hostile")
+            assert (hostile.code, hostile.message) == (
+                Code.INVALID_ARGUMENT,
+                "container name 'a\\ud800' is not UTF-8",
+            )
+            # The same connection serves the next event.
+            assert (await create("good")).code == Code.OK
+            assert runtime.accepted() == 1
 
     run(main())
 
