@@ -14,6 +14,9 @@ Invariants kept here:
   Timing here, where every handler is called, rather than in the handler measures what the runtime's
   request timeout measures (the wait for earlier handlers included) and takes no code in each handler.
 - While a handler runs, `running_handler()` names it, so the stub can refuse UpdateContainers from it.
+- A Synchronize collects at most `MAX_SYNC_OBJECTS` pods and containers and `MAX_SYNC_BYTES` over its
+  chunks; past either it answers ResourceExhausted and closes the connection (the stub redials, and the
+  runtime synchronizes again from scratch).
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ log = logging.getLogger("podlevel.nri.stub")
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+
+# What one Synchronize may collect over its `more` chunks: a runtime whose chunks never end must not make
+# the plugin buffer without bound. Far above a real node (a few thousand containers; a runtime chunks near
+# its 4 MiB message limit), far below what would exhaust the plugin's memory.
+MAX_SYNC_OBJECTS: Final = 250_000
+"""Pods and containers together."""
+MAX_SYNC_BYTES: Final = 256 << 20
+"""Request payload bytes; a chunk counts as at least `SYNC_CHUNK_MIN_BYTES`, so empty chunks end too."""
+SYNC_CHUNK_MIN_BYTES: Final = 4 << 10
 
 # containerd's default plugin_request_timeout, used until Configure announces the real one.
 DEFAULT_REQUEST_TIMEOUT: Final = 2.0
@@ -127,6 +139,7 @@ class Session:
         self._on_handled = on_handled
         self._sync_pods: list[api.PodSandbox] = []
         self._sync_containers: list[api.Container] = []
+        self._sync_bytes = 0
 
     def rpc_handlers(self) -> dict[tuple[str, str], RequestHandler]:
         """The plugin service as the transport serves it: every RPC the runtime may call."""
@@ -219,10 +232,19 @@ class Session:
         request = decode(api.SynchronizeRequest, payload)
         self._sync_pods.extend(request.pods)
         self._sync_containers.extend(request.containers)
+        self._sync_bytes += max(len(payload), SYNC_CHUNK_MIN_BYTES)
+        pods, containers = self._sync_pods, self._sync_containers
+        if len(pods) + len(containers) > MAX_SYNC_OBJECTS or self._sync_bytes > MAX_SYNC_BYTES:
+            self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
+            raise RpcError(
+                Code.RESOURCE_EXHAUSTED,
+                f"Synchronize chunks hold over {MAX_SYNC_OBJECTS} pods and containers or {MAX_SYNC_BYTES} "
+                f"bytes ({len(pods)} pods, {len(containers)} containers so far); closing to start over",
+                close_connection=True,
+            )
         if request.more:
             return api.SynchronizeResponse(more=True)
-        pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
         updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
         self.synchronized = True
         runtime = self.runtime

@@ -58,12 +58,17 @@ RequestHandler = Callable[[Request], Awaitable[bytes]]
 
 
 class RpcError(Exception):
-    """A call that did not succeed: the peer's (or this side's) status code and message."""
+    """A call that did not succeed: the peer's (or this side's) status code and message.
 
-    def __init__(self, code: int, message: str) -> None:
+    Raised by a handler with `close_connection`, the status is sent and the connection then closed: for a
+    peer whose conversation cannot go on (it sent more than this side will hold).
+    """
+
+    def __init__(self, code: int, message: str, *, close_connection: bool = False) -> None:
         super().__init__(f"{code_name(code)}: {message}")
         self.code = code
         self.message = message
+        self.close_connection = close_connection
 
 
 class Transport:
@@ -235,7 +240,7 @@ class Transport:
         future.set_result(response)
 
     async def _serve(self, request: Request) -> None:
-        response = await self._run_handler(request)
+        response, close_reason = await self._run_handler(request)
         try:
             data = self._conn.encode(response)
         except MessageTooLarge as exc:
@@ -245,11 +250,14 @@ class Transport:
             log.error("%s: %s/%s reply not encodable: %s", self.name, request.service, request.method, exc)
             data = self._error(request, Code.INTERNAL, f"{request.method}: reply not encodable: {exc}")
         await self._send(data)
+        if close_reason is not None:
+            self.close(close_reason, error=True)
 
     def _error(self, request: Request, code: Code, message: str) -> bytes:
         return self._conn.encode(Response(request.stream_id, code=code, message=status_message(message)))
 
-    async def _run_handler(self, request: Request) -> Response:
+    async def _run_handler(self, request: Request) -> tuple[Response, str | None]:
+        """The response to `request`, and why to close the connection once it is sent (None: keep it)."""
         handler = self._handlers.get((request.service, request.method))
         if handler is None:
             what = (
@@ -258,16 +266,19 @@ class Transport:
                 else f"service {request.service}"
             )
             log.debug("%s: answering Unimplemented for %s", self.name, what)
-            return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=f"{what} is not implemented")
+            unimplemented = f"{what} is not implemented"
+            return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=unimplemented), None
         try:
             payload = await handler(request)
         except RpcError as exc:
-            return Response(request.stream_id, code=exc.code, message=status_message(exc.message))
+            message = status_message(exc.message)
+            close = f"{request.method}: {code_name(exc.code)}: {message}" if exc.close_connection else None
+            return Response(request.stream_id, code=exc.code, message=message), close
         except Exception as exc:  # a handler's bug fails its request, not the connection
             log.exception("%s: handler for %s/%s failed", self.name, request.service, request.method)
             message = f"{request.method}: internal error: {type(exc).__name__}: {exc}"
-            return Response(request.stream_id, code=Code.INTERNAL, message=status_message(message))
-        return Response(request.stream_id, payload=payload)
+            return Response(request.stream_id, code=Code.INTERNAL, message=status_message(message)), None
+        return Response(request.stream_id, payload=payload), None
 
     async def _send(self, data: bytes) -> None:
         if self.close_reason is not None:

@@ -887,3 +887,27 @@ def test_runtime_without_announced_timeouts(tmp_path: Path, caplog: pytest.LogCa
     (warning,) = slow_handler_warnings(caplog)
     assert "took 1.100 s" in warning
     assert "over half the runtime's 2.000 s request timeout" in warning
+
+
+def test_a_synchronize_that_never_ends_is_cut_off_and_redialled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("podlevel.nri.session.MAX_SYNC_OBJECTS", 10)
+    handler = Recorder()
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path), serving(stub_for(handler, path)):
+            side = await runtime.accept()
+            await side.expect("RegisterPlugin")
+            await side.configure()
+            endless = api.SynchronizeRequest(containers=[CTR] * 4, more=True)
+            replies = [await side.call_raw("Synchronize", endless) for _ in range(3)]
+            assert [r.code for r in replies] == [Code.OK, Code.OK, Code.RESOURCE_EXHAUSTED]
+            assert "over 10 pods and containers" in replies[-1].message
+            await side.peer.wait_eof()
+            # The stub redials and synchronizes anew; nothing of the cut-off chunks reached the handler.
+            again = await runtime.accept()
+            await again.handshake()
+            assert [c for c in handler.calls if c[0] == "synchronize"] == [("synchronize", [], [])]
+
+    run(main())
