@@ -7,20 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from podlevel.cli.main import build_parser
 from podlevel.cli.run import resolve
 from podlevel.engine.errors import InputError
-from support.builders import CHECKOUT
-
-DAEMONSET = CHECKOUT / "deploy" / "daemonset.yaml"
-
-
-def test_daemonset_args_are_run_settings() -> None:
-    container = yaml.safe_load(DAEMONSET.read_text())["spec"]["template"]["spec"]["containers"][0]
-    assert build_parser().parse_args(container["args"]).handler.__module__ == "podlevel.cli.run"
-    assert resolve(container["args"][1:], {}).sysfs_root == "/host/sys"
 
 
 def test_precedence_command_line_then_environment_then_file(tmp_path: Path) -> None:

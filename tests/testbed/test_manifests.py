@@ -1,0 +1,205 @@
+"""deploy/: every overlay renders with kustomize and every object validates against the Kubernetes schemas;
+the webhook, its certificate paths, the node files and the image recipe fit together."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import dockerfile
+import pytest
+import yaml
+
+from podlevel.cli.main import build_parser
+from podlevel.cli.run import resolve
+from testbed.kind import check_cluster_config, webhook_certificate
+from testbed.manifests import (
+    CHECKOUT,
+    DEPLOY,
+    KIND_CLUSTER,
+    OVERLAYS,
+    Manifest,
+    ManifestError,
+    check,
+    containerd_snippet,
+    find,
+    render,
+)
+
+NAMESPACE = "nri-podlevel"
+SERVICE_DNS = "nri-podlevel-webhook.nri-podlevel.svc"
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def rendered(request: pytest.FixtureRequest) -> list[Manifest]:
+    return render(request.param)
+
+
+def _pod_spec(workload: Manifest) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def test_every_object_validates(rendered: list[Manifest]) -> None:
+    check(rendered, "render")
+    kinds = {o["kind"] for o in rendered}
+    assert {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Service",
+            "PodDisruptionBudget", "MutatingWebhookConfiguration"} <= kinds
+    assert all(o["metadata"].get("namespace") == NAMESPACE for o in rendered
+               if o["kind"] not in ("Namespace", "MutatingWebhookConfiguration"))
+
+
+def test_validation_is_strict() -> None:
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"}, "spec": {"prots": []}}
+    with pytest.raises(ManifestError, match=r"Service x: spec: .*'prots' was unexpected"):
+        check([service], "typo")
+
+
+def test_daemonset_mounts_what_its_flags_name(rendered: list[Manifest], tmp_path: Path) -> None:
+    """Its args are `run` settings, with the ConfigMap it mounts as `--config`; every host path it names is
+    mounted, and it runs with no capabilities and not privileged."""
+    (daemonset,) = find(rendered, "DaemonSet")
+    spec = _pod_spec(daemonset)
+    (container,) = spec["containers"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    config_volume = next(name for name, v in volumes.items() if "configMap" in v)
+    (config_map,) = find(rendered, "ConfigMap", volumes[config_volume]["configMap"]["name"])
+    (tmp_path / "config.yaml").write_text(config_map["data"]["config.yaml"])
+    args = [a.replace(mounts[config_volume]["mountPath"], str(tmp_path)) for a in container["args"][1:]]
+    assert build_parser().parse_args(container["args"]).handler.__module__ == "podlevel.cli.run"
+    settings = resolve(args, {})
+    assert settings.sysfs_root == "/host/sys"
+    assert (settings.policy, settings.cpu_policy, settings.memory_policy) == \
+        ("single-numa-node", "static", "Static")
+    named = {settings.sysfs_root: True, settings.cgroup_root: False, settings.state_dir: False,
+             str(Path(settings.nri_socket).parent): False,
+             str(Path(settings.podresources_socket).parent): False}
+    by_path = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for path, read_only in named.items():
+        assert path in by_path, f"{path} is not mounted"
+        assert by_path[path].get("readOnly", False) is read_only, path
+        assert "hostPath" in volumes[by_path[path]["name"]]
+    security = container["securityContext"]
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
+    assert spec["priorityClassName"] == "system-node-critical"
+    probes = {container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]}
+    assert probes == {"/healthz", "/readyz"}
+
+
+def test_webhook_wiring(rendered: list[Manifest]) -> None:
+    """The configuration reaches the Service, the Service the pods' port, the port the `--address`."""
+    (configuration,) = find(rendered, "MutatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+    assert (webhook["failurePolicy"], webhook["sideEffects"], webhook["reinvocationPolicy"]) == \
+        ("Ignore", "None", "IfNeeded")
+    assert webhook["timeoutSeconds"] <= 10
+    service_ref = webhook["clientConfig"]["service"]
+    (service,) = find(rendered, "Service", service_ref["name"])
+    assert (service_ref["namespace"], service_ref["path"]) == (service["metadata"]["namespace"], "/mutate")
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == service_ref["port"]]
+    (deployment,) = find(rendered, "Deployment")
+    (container,) = _pod_spec(deployment)["containers"]
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (target,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    assert f"--address=:{target['containerPort']}" in container["args"]
+    excluded = webhook["namespaceSelector"]["matchExpressions"][0]
+    assert excluded["operator"] == "NotIn" and {"kube-system", NAMESPACE} <= set(excluded["values"])
+    assert webhook["objectSelector"]["matchExpressions"] == [
+        {"key": "nri-podlevel.io/webhook", "operator": "NotIn", "values": ["disabled"]}]
+    assert _pod_spec(deployment)["securityContext"]["runAsNonRoot"] is True
+
+
+def test_cert_manager_overlay_issues_the_mounted_secret() -> None:
+    objects = render("cert-manager")
+    (certificate,) = find(objects, "Certificate")
+    (issuer,) = find(objects, "Issuer", certificate["spec"]["issuerRef"]["name"])
+    assert "selfSigned" in issuer["spec"]
+    (deployment,) = find(objects, "Deployment")
+    assert {"secret": {"secretName": certificate["spec"]["secretName"]}, "name": "tls"} in \
+        _pod_spec(deployment)["volumes"]
+    assert SERVICE_DNS in certificate["spec"]["dnsNames"]
+    (configuration,) = find(objects, "MutatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
+
+
+def test_script_certificate_serves_the_service(tmp_path: Path) -> None:
+    secret, configuration = webhook_certificate(render("script-certs"), tmp_path)
+    assert secret["type"] == "kubernetes.io/tls"
+    assert configuration["webhooks"][0]["clientConfig"]["caBundle"]
+    verify = subprocess.run(["openssl", "verify", "-CAfile", tmp_path / "ca.crt", tmp_path / "tls.crt"],
+                            capture_output=True, text=True, check=True)
+    assert verify.stdout.strip().endswith(": OK")
+    names = subprocess.run(
+        ["openssl", "x509", "-in", tmp_path / "tls.crt", "-noout", "-ext", "subjectAltName"],
+        capture_output=True, text=True, check=True).stdout
+    assert f"DNS:{SERVICE_DNS}," in names
+    assert not (tmp_path / "ca.key").exists(), "the CA key is thrown away"
+
+
+@pytest.mark.parametrize(("version", "config_version", "cri"),
+                         [("1.7", 2, "io.containerd.grpc.v1.cri"), ("2", 3, "io.containerd.cri.v1.runtime")])
+def test_containerd_snippets(version: str, config_version: int, cri: str) -> None:
+    snippet = containerd_snippet(version)
+    assert snippet["version"] == config_version
+    assert snippet["plugins"]["io.containerd.nri.v1.nri"]["disable"] is False
+    assert snippet["plugins"]["io.containerd.nri.v1.nri"]["socket_path"] == "/var/run/nri/nri.sock"
+    assert "SystemdCgroup" in snippet["plugins"][cri]["containerd"]["runtimes"]["runc"]["options"]
+
+
+def test_kubelet_fragment_turns_every_manager_off() -> None:
+    """The kubelet's own key spellings, as the plugin's config reader checks them (`None`, not `none`)."""
+    settings = resolve(["--config", str(DEPLOY / "node" / "kubelet-config.yaml")], {})
+    assert (settings.cpu_policy, settings.memory_policy, settings.policy) == ("none", "None", "none")
+
+
+def test_kind_config_agrees_with_the_node_files(tmp_path: Path) -> None:
+    check_cluster_config()
+    drifted = tmp_path / "cluster.yaml"
+    drifted.write_text(KIND_CLUSTER.read_text().replace("memoryManagerPolicy: None",
+                                                        "memoryManagerPolicy: Static"))
+    with pytest.raises(ManifestError, match="KubeletConfiguration patch"):
+        check_cluster_config(drifted)
+
+
+def test_kind_e2e_dry_run() -> None:
+    done = subprocess.run([CHECKOUT / "hack" / "kind-e2e", "--dry-run"], capture_output=True, text=True,
+                          check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("validated: deploy/overlays/script-certs rendered")
+    for command in ("kind create cluster", "docker build -f deploy/Containerfile -t nri-podlevel:0.1.0 .",
+                    "kind load docker-image", "apply -f", "hack/webhook-certs", "rollout status",
+                    "pod-scope-mixed.yaml", "empty-shared-pool.yaml", "kind delete cluster"):
+        assert command in out, command
+    assert out.rstrip().endswith("nothing run")
+
+
+CONTAINERFILE = DEPLOY / "Containerfile"
+INSTRUCTIONS = {"FROM", "ARG", "WORKDIR", "COPY", "RUN", "USER", "ENTRYPOINT", "ENV", "LABEL"}
+
+
+def test_containerfile() -> None:
+    """BuildKit's own parser reads it; the base is a pinned slim tag; what it copies exists; the image
+    installs only the wheels built from the package (runtime dependencies), runs non-root, runs the CLI;
+    the manifests run the project's version."""
+    commands = dockerfile.parse_file(str(CONTAINERFILE))
+    assert {c.cmd.upper() for c in commands} <= INSTRUCTIONS
+    (base,) = [c.value[0] for c in commands if c.cmd.upper() == "ARG"]
+    assert base == "BASE=python:3.11-slim-bookworm"
+    assert [c.value[0] for c in commands if c.cmd.upper() == "FROM"] == ["${BASE}", "${BASE}"]
+    for copy in (c for c in commands if c.cmd.upper() == "COPY" and not c.flags):
+        assert all((CHECKOUT / source).exists() for source in copy.value[:-1]), copy.original
+    final = commands[max(i for i, c in enumerate(commands) if c.cmd.upper() == "FROM"):]
+    (install,) = [c.value[0] for c in final if c.cmd.upper() == "RUN"]
+    assert "--no-index --find-links /wheels nri-podlevel" in install
+    (user,) = [c.value[0] for c in final if c.cmd.upper() == "USER"]
+    assert int(user.split(":")[0]) != 0
+    assert commands[-1].cmd.upper() == "ENTRYPOINT" and commands[-1].value == ("nri-podlevel",)
+    version = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["version"]
+    kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
+    assert kustomization["images"] == [{"name": "nri-podlevel", "newTag": version}]
