@@ -44,9 +44,10 @@ def cgroup_parent(cri: CRI, pod: Pod) -> str | None:
     return pod_cgroup_parent(cri.cgroup_root, pod.uid, qos_tier(pod))
 
 
-def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True) -> StartedPod:
-    """Run the sandbox and every container of `pod`; raises CRIError as soon as one step fails."""
-    annotations = {SHAPE_ANNOTATION: to_annotation(pod)} if with_shape else {}
+def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True, shape: str | None = None) -> StartedPod:
+    """Run the sandbox and every container of `pod`; raises CRIError as soon as one step fails. `shape` is
+    the annotation's text when not the pod's own (a hostile pod's)."""
+    annotations = {SHAPE_ANNOTATION: shape or to_annotation(pod)} if with_shape else {}
     sandbox_id = cri.run_pod(
         pod.name, namespace=pod.namespace, uid=pod.uid, resources=CRIResources.of(sandbox_resources(pod)),
         annotations=annotations, cgroup_parent=cgroup_parent(cri, pod),
