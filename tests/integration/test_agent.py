@@ -39,7 +39,7 @@ from support.demo_node import (
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
-from testbed.kubelet import LONG_RUNNING, start_pod
+from testbed.kubelet import LONG_RUNNING, start_annotated_pod, start_pod
 from testbed.plugin_process import REGISTERED, PluginProcess
 from testbed.wait import wait_until
 
@@ -112,15 +112,16 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
 def test_a_hostile_name_fails_its_own_container_and_the_connection_stays(
     cri: CRI, plugin: PluginProcess
 ) -> None:
-    """A sidecar named with a lone surrogate (a JSON escape, as a pod may write it) in a pod the plugin
-    refuses: the refusal names it escaped, and the next pod is placed over the same connection."""
+    """A sidecar named with a lone surrogate and a control character (JSON escapes, as a pod may write
+    them): creation fails with a status naming the name, escaped, and the next pod is placed over the same
+    connection."""
     no_room = demo_pod("no-room")
     hostile = to_annotation(no_room).replace('"name":"logging-sidecar"', '"name":"logging-\\ud800\\u0007"')
     with pytest.raises(CRIError) as refused:
-        start_pod(cri, no_room, shape=hostile)
+        start_annotated_pod(cri, no_room, {SHAPE_ANNOTATION: hostile})
     assert refused.value.method == "CreateContainer"
-    assert f"{EMPTY_POD_SHARED_POOL_ERROR}: " in refused.value.details
-    assert "logging-\\ud800\\x07" in refused.value.details
+    assert "code = InvalidArgument" in refused.value.details
+    assert "'logging-\\ud800\\x07'" in refused.value.details
 
     fast = start_pod(cri, demo_pod("fast-path"))
 

@@ -32,7 +32,7 @@ from podlevel._proto.podresources import api_pb2 as pb
 from podlevel._proto.podresources import api_pb2_grpc as pb_grpc
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from support import debian_protos
 from support.demo_node import demo_pod
 from testbed import cgroupfs

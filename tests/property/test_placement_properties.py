@@ -17,6 +17,7 @@ from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
 from support.builders import MI, app, guaranteed, new_engine, pod, sidecar
 
 EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
@@ -44,7 +45,8 @@ def pods(draw: st.DrawFn, index: int) -> Pod | None:
 
 def sandbox(index: int, shape: Pod | None) -> Sandbox:
     annotations = {SHAPE_ANNOTATION: to_annotation(shape)} if shape else {}
-    return Sandbox(f"sb-{index}", f"uid-{index}", f"p{index}", "default", annotations)
+    sent = sandbox_resources(shape) if shape else RuntimeResources()
+    return Sandbox(f"sb-{index}", f"uid-{index}", f"p{index}", "default", annotations, sent)
 
 
 def _held(settings: Settings) -> tuple[CPUSet, tuple[int, ...], int | None]:

@@ -16,7 +16,9 @@ from podlevel.engine.manager import Engine, EngineConfig
 from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.nri import RpcError, api
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, load_pods, to_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation, to_annotation
+from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
+from podlevel.podspec.workloads import load_pods
 from podlevel.state.store import StateDir
 
 MI: Final = 2**20
@@ -106,20 +108,42 @@ def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
     )
 
 
+def linux_resources(sent: RuntimeResources) -> api.LinuxResources:
+    """NRI's LinuxResources carrying what the kubelet sends over CRI."""
+    resources = api.LinuxResources()
+    resources.cpu.shares.value = sent.cpu_shares
+    resources.cpu.quota.value = sent.cpu_quota
+    resources.cpu.period.value = sent.cpu_period
+    resources.memory.limit.value = sent.memory_limit
+    return resources
+
+
 def sandbox(pod: Pod | None, name: str = "web") -> api.PodSandbox:
-    """The NRI sandbox of `pod` with its shape annotation; None: an unmanaged pod called `name`."""
+    """The NRI sandbox of `pod` with its shape annotation and the kubelet's pod resources; None: an
+    unmanaged pod called `name`."""
     if pod is None:
         return api.PodSandbox(id=f"sb-{name}", name=name, uid=f"uid-{name}", namespace="default")
-    return api.PodSandbox(
+    created = api.PodSandbox(
         id=f"sb-{pod.name}", name=pod.name, uid=pod.uid, namespace="default",
         annotations={SHAPE_ANNOTATION: to_annotation(pod)},
     )
+    created.linux.pod_resources.CopyFrom(linux_resources(sandbox_resources(pod)))
+    return created
 
 
 def container(
     pod: api.PodSandbox, name: str, state: api.ContainerState = api.CONTAINER_RUNNING
 ) -> api.Container:
-    return api.Container(id=f"{pod.name}-{name}", pod_sandbox_id=pod.id, name=name, state=state)
+    """The NRI container `name` of `pod`, with the resources the kubelet sends for it when the pod has a
+    shape."""
+    created = api.Container(id=f"{pod.name}-{name}", pod_sandbox_id=pod.id, name=name, state=state)
+    shape = pod.annotations.get(SHAPE_ANNOTATION)
+    if shape is not None:
+        described = from_annotation(shape, name=pod.name, namespace=pod.namespace)
+        created.linux.resources.CopyFrom(
+            linux_resources(container_resources(described, described.container(name)))
+        )
+    return created
 
 
 def three_pods(state: StateDir | None = None) -> PodLevelPlugin:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from support.builders import CHECKOUT
 from testbed import cgroupfs
 from testbed.cri import CRI

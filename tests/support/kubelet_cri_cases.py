@@ -8,8 +8,8 @@ from textwrap import dedent, indent
 from typing import NamedTuple
 
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
 from podlevel.podspec.runtime import RuntimeResources
+from podlevel.podspec.workloads import load_pods
 from support.builders import MI
 
 PERIOD = 100_000

@@ -19,7 +19,7 @@ from typing import Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from testbed import CHECKOUT
 from testbed.cgroupfs import CGROUP_MOUNT, CgroupValues, cpus_allowed_list, is_cgroup2, read_cgroup

@@ -4,12 +4,14 @@ The plugin sees what the kubelet sends, so this sends the same. Containers start
 containers and sidecars first; each standard init container runs to completion before the next container
 starts. The sandbox's cgroup parent is the pod cgroup a kubelet makes in the pod's QoS tier. The CRI resources
 are the kubelet's, from the one model in `podspec.runtime`. The pod-shape annotation
-(`podspec.manifest.SHAPE_ANNOTATION`), which lets the plugin see the whole pod, is added as an admission
-webhook would add it.
+(`podspec.manifest.SHAPE_ANNOTATION`), which lets the plugin see the whole pod, is either added here as the
+admission webhook would add it (`start_pod`) or comes from the real webhook through `testbed.apiserver`
+(`start_annotated_pod`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from podlevel.engine.pod import Container, ContainerKind, Pod, QOSClass
@@ -44,10 +46,14 @@ def cgroup_parent(cri: CRI, pod: Pod) -> str | None:
     return pod_cgroup_parent(cri.cgroup_root, pod.uid, qos_tier(pod))
 
 
-def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True, shape: str | None = None) -> StartedPod:
-    """Run the sandbox and every container of `pod`; raises CRIError as soon as one step fails. `shape` is
-    the annotation's text when not the pod's own (a hostile pod's)."""
-    annotations = {SHAPE_ANNOTATION: shape or to_annotation(pod)} if with_shape else {}
+def start_pod(cri: CRI, pod: Pod, *, with_shape: bool = True) -> StartedPod:
+    """Run the sandbox and every container of `pod` with the pod-shape annotation (as the admission webhook
+    sets it) or none; raises CRIError as soon as one step fails."""
+    return start_annotated_pod(cri, pod, {SHAPE_ANNOTATION: to_annotation(pod)} if with_shape else {})
+
+
+def start_annotated_pod(cri: CRI, pod: Pod, annotations: Mapping[str, str]) -> StartedPod:
+    """`start_pod` with the pod's annotations as the API server stored them (`testbed.apiserver`)."""
     sandbox_id = cri.run_pod(
         pod.name, namespace=pod.namespace, uid=pod.uid, resources=CRIResources.of(sandbox_resources(pod)),
         annotations=annotations, cgroup_parent=cgroup_parent(cri, pod),

@@ -1,4 +1,5 @@
-"""`nri-podlevel run` as a child process, for the demo and the integration tests.
+"""`nri-podlevel run` (and any other command of the test bed) as a child process, for the demo and the
+integration tests.
 
 Its log (stdout and stderr) is kept line by line and echoed with a prefix, so a reader sees the plugin's
 decisions beside its own output. Waiting is on log lines with a deadline, never a sleep; the process is
@@ -39,34 +40,22 @@ def run_help() -> str:
 
 
 class PluginExited(RuntimeError):
-    """The plugin process ended while something was still expected of it."""
+    """A child process ended while something was still expected of it."""
 
 
-class PluginProcess:
-    """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process; `lines` is its log
-    so far, echoed with `prefix` unless `echo` is off. A plugin started again with the same `state_dir`
-    restores from the checkpoints there. Its HTTP endpoint listens on a free loopback port, `metrics_address`,
-    and its PodResources service on `podresources_socket` in the state directory, so several plugins never
-    collide."""
+class LoggedProcess:
+    """`command` in a child process; `lines` is its log (stdout and stderr) so far, echoed with `prefix`
+    unless `echo` is off. `name` says what it is in errors."""
 
-    def __init__(
-        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
-        echo: bool = True,
-    ) -> None:
-        self.state_dir = state_dir
-        self.metrics_address = f"127.0.0.1:{free_port()}"
-        self.podresources_socket = state_dir / "pod-resources.sock"
-        command = [
-            sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
-            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address,
-            "--podresources-socket", str(self.podresources_socket), *extra,
-        ]
+    def __init__(self, command: Sequence[str], *, name: str, prefix: str, echo: bool = True) -> None:
+        self.name = name
         self.prefix = prefix
         self.echo = echo
         self.on_line: Callable[[str], None] | None = None
         """Called with each log line as soon as it is read, on the reader thread (a crash timed to a line)."""
         self.lines: list[str] = []
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
         assert self.process.stdout is not None
         self._reader = threading.Thread(target=self._echo, args=(self.process.stdout,), daemon=True)
         self._reader.start()
@@ -94,15 +83,12 @@ class PluginProcess:
                 match = next((line for line in self.lines[after:] if text in line), None)
                 if match is None:
                     raise PluginExited(
-                        f"nri-podlevel run exited with status {self.process.returncode} before logging "
+                        f"{self.name} exited with status {self.process.returncode} before logging "
                         f"{text!r}; last lines: {self.lines[-10:]}"
                     )
             return match
 
-        return wait_until(found, timeout, f"nri-podlevel run to log {text!r}")
-
-    def wait_registered(self, timeout: float = REGISTER_TIMEOUT_S) -> str:
-        return self.wait_for_line(REGISTERED, timeout)
+        return wait_until(found, timeout, f"{self.name} to log {text!r}")
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it is still there after STOP_TIMEOUT_S; waits for its log to end."""
@@ -116,8 +102,32 @@ class PluginProcess:
         self._reader.join(timeout=STOP_TIMEOUT_S)
 
     def kill(self) -> None:
-        """SIGKILL: the plugin dies as in a crash, with no chance to say goodbye to the runtime."""
+        """SIGKILL: the process dies as in a crash, with no chance to say goodbye."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self._reader.join(timeout=STOP_TIMEOUT_S)
+
+
+class PluginProcess(LoggedProcess):
+    """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process. A plugin started
+    again with the same `state_dir` restores from the checkpoints there. Its HTTP endpoint listens on a free
+    loopback port, `metrics_address`, and its PodResources service on `podresources_socket` in the state
+    directory, so several plugins never collide."""
+
+    def __init__(
+        self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
+        echo: bool = True,
+    ) -> None:
+        self.state_dir = state_dir
+        self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.podresources_socket = state_dir / "pod-resources.sock"
+        command = [
+            sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
+            "--state-dir", str(state_dir), "--metrics-address", self.metrics_address,
+            "--podresources-socket", str(self.podresources_socket), *extra,
+        ]
+        super().__init__(command, name="nri-podlevel run", prefix=prefix, echo=echo)
+
+    def wait_registered(self, timeout: float = REGISTER_TIMEOUT_S) -> str:
+        return self.wait_for_line(REGISTERED, timeout)

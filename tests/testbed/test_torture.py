@@ -4,7 +4,7 @@ closing lines. (The churn itself runs against containerd in tests/integration/te
 from __future__ import annotations
 
 from podlevel.engine.cpuset import CPUSet
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from testbed.invariants import DOUBLE, Violation
 from testbed.torture import SHAPE_FILES, Capabilities, Tally, closing_lines, fitting_shapes, qualifies
 

@@ -36,7 +36,7 @@ from typing import Final
 from podlevel.cli.engine_flags import default_reserved_cpus
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from podlevel.sysfs.reader import read_topology
 from testbed import CHECKOUT

@@ -20,7 +20,7 @@ from vm_support import CGROUP_ROOT, GuestShape, read
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
-from podlevel.podspec.manifest import load_pods
+from podlevel.podspec.workloads import load_pods
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, pod_cgroup_parent

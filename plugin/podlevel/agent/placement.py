@@ -37,6 +37,7 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.limits import shown
 from podlevel.engine.manager import Assignment, Engine, NodeState
 from podlevel.engine.pod import CPU, MEMORY, Pod
 from podlevel.engine.topology_manager import Scope
@@ -179,12 +180,25 @@ def kubelet_quota(pod: Pod, name: str, period: int) -> int | None:
     return container_resources(pod, pod.container(name), period).cpu_quota or None
 
 
-def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str) -> None:
+def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str, *, required: bool) -> None:
     """Refuse a shape whose CPU or memory differs from what the runtime carries for the same pod or container.
 
-    Only values both sides carry are compared (a runtime or a test harness may leave some unset; a quota of
-    -1 is the kubelet's `DisableCPUQuotaWithExclusiveCPUs` lifting it, which says nothing of the limit).
+    Only values both sides carry are compared (a quota of -1 is the kubelet's
+    `DisableCPUQuotaWithExclusiveCPUs` lifting it, which says nothing of the limit). When the runtime
+    carries nothing at all and the claim is `required` (a bubble, or a container's own CPUs), the claim is
+    unverifiable and refused: the kubelet always sends CPU shares, so their absence means the values that
+    would confirm the claim never reached the plugin, and honouring it would hand out CPUs the scheduler
+    never accounted for.
     """
+    if required and claimed != RuntimeResources() and not (
+        actual.cpu_shares or actual.cpu_quota or actual.memory_limit
+    ):
+        raise InputError(
+            "pod shape",
+            f"{what}: the {SHAPE_ANNOTATION} annotation claims resources the runtime carries none of (no CPU "
+            "shares, quota or memory limit), so the claim cannot be checked against what the scheduler "
+            "admitted",
+        )
     for field_name, unit in (("cpu_shares", ""), ("cpu_quota", " us"), ("memory_limit", " bytes")):
         have, want = getattr(actual, field_name), getattr(claimed, field_name)
         if have > 0 and want > 0 and have != want:
@@ -218,6 +232,9 @@ class Placement:
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
         self._pods: dict[str, dict[str, Settings]] = {}
+        self._checked: dict[str, set[str]] = {}
+        """sandbox id -> names of its containers whose claim was checked against the runtime at their first
+        creation (a restart is not checked again: an in-place resize must not make it fail)."""
         self._refused: dict[str, Pod] = {}
         """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
         the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
@@ -249,11 +266,14 @@ class Placement:
         # A sandbox already admitted needs no second read of its annotation: every container of the pod
         # after the first takes this path, and CreateContainer waits on it.
         self.sandboxes[sandbox.id] = sandbox
-        pod = None if sandbox.id in self._sandbox_pods else pod_shape(sandbox)
+        uid = self._sandbox_pods.get(sandbox.id)
+        pod = self.state.pods.get(uid) if uid is not None else pod_shape(sandbox)
         if pod is not None and pod.uid in self._pods:
+            self._verify_container(sandbox, pod, name, resources)
             self._sandbox_pods[sandbox.id] = pod.uid
         elif pod is not None:
-            self._verify(sandbox, pod, name, resources)
+            self._verify_sandbox(sandbox, pod)
+            self._verify_container(sandbox, pod, name, resources)
             try:
                 self._admit(sandbox, pod)
             except AdmissionError:
@@ -275,15 +295,25 @@ class Placement:
         """Updates handed out for these containers did not fit their answer: hand them out again."""
         self._unsent.update(cid for cid in container_ids if cid in self._containers)
 
-    def _verify(self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None) -> None:
-        """Check the shape against the runtime before the pod is admitted (never later: an in-place resize
+    def _verify_sandbox(self, sandbox: Sandbox, pod: Pod) -> None:
+        """Check the shape against the sandbox before the pod is admitted (never later: an in-place resize
         must not make a running pod's restarts fail)."""
         period = sandbox.resources.cpu_period or CFS_PERIOD_US
-        where = f"pod {sandbox.namespace}/{sandbox.name}"
-        verify_shape(claimed_sandbox(pod, period), sandbox.resources, where)
-        container = claimed_container(pod, name, period)
-        if container is not None and resources is not None:
-            verify_shape(container, resources, f"{where} container {name}")
+        verify_shape(claimed_sandbox(pod, period), sandbox.resources, _pod_text(sandbox),
+                     required=pod.resources is not None)
+
+    def _verify_container(
+        self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None
+    ) -> None:
+        """Check a container's own claim against its runtime resources at its first creation in the
+        sandbox, whether it admits the pod or comes later; its restarts are not checked again."""
+        checked = self._checked.setdefault(sandbox.id, set())
+        if name in checked:
+            return
+        claimed = claimed_container(pod, name, sandbox.resources.cpu_period or CFS_PERIOD_US)
+        if claimed is not None and resources is not None:
+            verify_shape(claimed, resources, f"{_pod_text(sandbox)} container {shown(name)}", required=True)
+        checked.add(name)
 
     def _admit(
         self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
@@ -319,6 +349,7 @@ class Placement:
         """Release a pod's allocations: its sandbox stopped or is gone."""
         uid = self._sandbox_pods.pop(sandbox_id, None)
         self._refused.pop(sandbox_id, None)
+        self._checked.pop(sandbox_id, None)
         self.pod_cgroups.pop(sandbox_id, None)
         self.sandboxes.pop(sandbox_id, None)
         for container_id in self.containers_of(sandbox_id):
@@ -357,6 +388,7 @@ class Placement:
         for sandbox_id, rows in by_sandbox.items():
             for seen in rows:
                 self._containers[seen.container_id] = _Tracked(sandbox_id, seen.name)
+            self._checked[sandbox_id] = {seen.name for seen in rows}
             try:
                 pod = pod_shape(by_id[sandbox_id])
             except InputError as err:
@@ -510,8 +542,8 @@ _ABSENT = object()
 
 class _Undo:
     """What one `Placement.create` changed, to put back when its answer cannot be sent: the node state, the
-    entries it set (the sandbox's, the container's, and `applied` of each container it handed an update
-    out for), the pod it admitted, and the pending-update bookkeeping."""
+    entries it set (the sandbox's, the container's, the containers checked in the sandbox, and `applied` of
+    each container it handed an update out for), the pod it admitted, and the pending-update bookkeeping."""
 
     def __init__(self, placement: Placement, sandbox_id: str, container_id: str) -> None:
         self._state = placement.state
@@ -524,6 +556,8 @@ class _Undo:
             self.keep(table, sandbox_id)
         self.keep(placement._containers, container_id)
         self.keep(placement.applied, container_id)
+        checked = placement._checked.get(sandbox_id)  # a set `create` adds to: kept as a copy
+        self._entries.append((placement._checked, sandbox_id, _ABSENT if checked is None else set(checked)))
 
     def keep(self, table: dict[str, Any], key: str) -> None:
         """Remember `table[key]` as it is now (or its absence)."""
@@ -580,6 +614,10 @@ class _ResyncCount:
 
     def report(self) -> Resync:
         return Resync(self._restored, self._readopted, self._released, tuple(self._moved))
+
+
+def _pod_text(sandbox: Sandbox) -> str:
+    return f"pod {shown(sandbox.namespace)}/{shown(sandbox.name)}"
 
 
 def _differs(seen: Observed, settings: Settings) -> bool:

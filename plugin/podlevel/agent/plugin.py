@@ -33,6 +33,8 @@ from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.limits import quote, shown
+from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import Scope
 from podlevel.nri import (
     MAX_REPLY_BYTES,
@@ -69,16 +71,22 @@ def sandbox_of(pod: api.PodSandbox) -> Sandbox:
     )
 
 
-def observed_of(container: api.Container) -> Observed:
+def observed_of(container: api.Container, topology: Topology) -> tuple[Observed, str | None]:
+    """A container as the runtime reports it, and why its cpuset or memory nodes were unreadable (None when
+    both were read). Ids are held to the machine's: a list naming CPUs or NUMA nodes this machine does not
+    have is unknown, as if the runtime had set none, and costs no more than parsing the machine's own."""
     cpu = container.linux.resources.cpu
-    return Observed(
+    cpus, cpus_problem = _ids(cpu.cpus, topology.all_cpus, "CPU")
+    mems, mems_problem = _ids(cpu.mems, CPUSet(topology.numa_node_ids), "NUMA node")
+    observed = Observed(
         container.id,
         container.pod_sandbox_id,
         container.name,
-        _cpus(cpu.cpus, container.id),
-        tuple(_cpus(cpu.mems, container.id) or ()) or None,
+        cpus,
+        tuple(mems or ()) or None,
         cpu.quota.value if cpu.HasField("quota") else None,
     )
+    return observed, cpus_problem or mems_problem
 
 
 def linux_cpu(settings: Settings) -> api.LinuxCPU:
@@ -97,14 +105,17 @@ def container_update(container_id: str, cpu: api.LinuxCPU) -> api.ContainerUpdat
     return update
 
 
-def _cpus(text: str, container_id: str) -> CPUSet | None:
-    """A cpuset or memory-node list the runtime reports; an unreadable one counts as unknown."""
+def _ids(text: str, machine: CPUSet, what: str) -> tuple[CPUSet | None, str | None]:
+    """A CPU or NUMA node list the runtime reports, or None and why it is unreadable."""
+    if not text:
+        return None, None
     try:
-        return CPUSet.parse(text) if text else None
+        ids = CPUSet.parse(text, bound=machine.sorted()[-1] + 1, what=what)
     except InputError as err:
-        log.warning("container %s: ignoring the runtime's cpuset: %s", container_id[:12], err,
-                    container_id=container_id, cpuset=text)
-        return None
+        return None, err.message
+    if not ids.is_subset(machine):
+        return None, f"{quote(text)} names {what} ids this machine does not have"
+    return ids, None
 
 
 def by_settings(changed: Mapping[str, Settings]) -> dict[Settings, list[str]]:
@@ -135,8 +146,8 @@ def _log_moved(changed: Mapping[str, Settings]) -> None:
 
 
 def _key(pod: api.PodSandbox) -> str:
-    """`namespace/name`, as pods are named in Kubernetes logs."""
-    return f"{pod.namespace}/{pod.name}"
+    """`namespace/name`, as pods are named in Kubernetes logs (bounded: the runtime's names are any text)."""
+    return f"{shown(pod.namespace)}/{shown(pod.name)}"
 
 
 def _quota_text(quota: int | None) -> str:
@@ -209,18 +220,30 @@ class PodLevelPlugin(Handler):
     ) -> list[api.ContainerUpdate]:
         live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
         running = [c for c in containers if c.state in live]
-        current = [observed_of(c) for c in running]
+        topology = self.placement.engine.topology
+        current: list[Observed] = []
+        unreadable: list[str] = []
+        for container in running:
+            seen, problem = observed_of(container, topology)
+            current.append(seen)
+            if problem is not None:
+                unreadable.append(f"container {shown(container.id, 64)}: {problem}")
+        if unreadable:
+            count, first = len(unreadable), unreadable[0]
+            more = f" and {count - 1} more" if count > 1 else ""
+            log.warning("ignoring the runtime's cpusets of %d containers, taken as unset: %s%s", count, first,
+                        more, containers=count, reason=first)
         self._cgroups_paths = {c.id: c.linux.cgroups_path for c in running}
         self._refusals = {}
         self._synchronized = True
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
         resync = self.placement.resync
         for sandbox_id, reason in resync.moved:
-            log.warning("pod sandbox %s moved after resync: %s", sandbox_id, reason, sandbox=sandbox_id,
-                        reason=reason)
+            log.warning("pod sandbox %s moved after resync: %s", shown(sandbox_id), reason,
+                        sandbox=shown(sandbox_id), reason=reason)
         for sandbox_id, reason in refused:
-            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", sandbox_id, reason,
-                        sandbox=sandbox_id, reason=reason)
+            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", shown(sandbox_id),
+                        reason, sandbox=shown(sandbox_id), reason=reason)
         if resync.restored or resync.released:
             log.info("restored %d pods from the checkpoint, released %d it held that are gone",
                      resync.restored, resync.released, restored=resync.restored, released=resync.released)
@@ -231,20 +254,21 @@ class PodLevelPlugin(Handler):
 
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         sandbox = sandbox_of(pod)
+        name = shown(container.name)  # for log lines: the runtime's names are any text
         before = self.placement.state
         try:
             settings, changed = self.placement.create(
                 sandbox, container.id, container.name, runtime_resources(container.linux.resources)
             )
         except AdmissionError as err:
-            log.warning("refused %s container %s: %s", _key(pod), container.name, err, pod=_key(pod),
-                        container=container.name, error_type=err.type, resource=err.resource,
+            log.warning("refused %s container %s: %s", _key(pod), name, err, pod=_key(pod),
+                        container=name, error_type=err.type, resource=err.resource,
                         reason=err.message)
             self.observer.refused(self._pod_level(sandbox), err)
             self._refused(pod, f"{err.type}: {err.message}")
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
         except InputError as err:
-            log.warning("bad pod shape for %s: %s", _key(pod), err, pod=_key(pod), container=container.name,
+            log.warning("bad pod shape for %s: %s", _key(pod), err, pod=_key(pod), container=name,
                         error_type=error_type(err), rule=err.rule, reason=err.message)
             self.observer.refused(False, err)
             self._refused(pod, str(err))
@@ -254,7 +278,7 @@ class PodLevelPlugin(Handler):
         room = MAX_REPLY_BYTES - field_size(adjust)
         if room < 0:
             self.placement.rollback_create()
-            raise RpcError(Code.RESOURCE_EXHAUSTED, f"the adjustment of {container.name} takes "
+            raise RpcError(Code.RESOURCE_EXHAUSTED, f"the adjustment of {name} takes "
                            f"{field_size(adjust)} bytes, over the {MAX_REPLY_BYTES}-byte answer limit")
         uid = self.placement.pod_uid(sandbox.id)
         if self.placement.state is not before and uid is not None:
@@ -268,9 +292,9 @@ class PodLevelPlugin(Handler):
         if log.isEnabledFor(logging.INFO):
             quota = _quota_text(settings.cpu_quota_us)
             log.info(
-                "placed %s container %s: %s cpus=%s mems=%s quota=%s", _key(pod), container.name,
+                "placed %s container %s: %s cpus=%s mems=%s quota=%s", _key(pod), name,
                 settings.assignment.value, settings.cpus, settings.mems_text, quota, pod=_key(pod),
-                container=container.name, assignment=settings.assignment.value, cpus=settings.cpus,
+                container=name, assignment=settings.assignment.value, cpus=settings.cpus,
                 mems=settings.mems_text, quota=quota,
             )
         _log_moved(changed)

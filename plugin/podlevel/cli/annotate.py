@@ -1,10 +1,14 @@
-"""`nri-podlevel annotate POD.yaml...`: print the manifests with the pod-shape annotation added.
+"""`nri-podlevel annotate FILE...`: print the manifests with the pod-shape annotation set on every pod.
 
 The runtime shows the plugin one container at a time and nothing of init containers it has not started
 yet; the annotation carries the whole pod (`podspec.manifest.SHAPE_ANNOTATION`), which the plugin needs to
-apply the kubelet's pod-level rules exactly. Typical use: `nri-podlevel annotate pod.yaml | kubectl apply
--f -`, or the same step in a deployment pipeline or an admission webhook. The manifests are validated on
-the way (exit status 2 and the broken rule on bad input).
+apply the kubelet's pod-level rules exactly. Pods, the pod templates of Deployments, StatefulSets,
+DaemonSets, ReplicaSets, Jobs and CronJobs, the items of a `List`, in multi-document YAML or JSON: the
+annotation goes on each Pod's metadata and each template's (`spec.template.metadata`; a CronJob's
+`spec.jobTemplate.spec.template.metadata`), replacing a stale one. Nothing else of a file changes: comments,
+key order, quoting and indentation stay as written. Typical use: `nri-podlevel annotate app.yaml | kubectl
+apply -f -` (the admission webhook, `nri-podlevel webhook`, does the same for every pod a cluster creates).
+The manifests are validated on the way (exit status 2 and the broken rule on bad input).
 """
 
 from __future__ import annotations
@@ -13,50 +17,35 @@ import argparse
 import sys
 from typing import Any
 
-import yaml
-
 from podlevel.cli.simulate import read_inputs
 from podlevel.engine.errors import InputError
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, pod_from_manifest, to_annotation
+from podlevel.podspec.workloads import annotate
+
+DOCUMENT_START = "---"
 
 
 def add_parser(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "annotate",
-        help="add the pod-shape annotation the plugin reads to Pod manifests",
+        help="add the pod-shape annotation the plugin reads to Pod and workload manifests",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pods", nargs="+", metavar="POD.yaml", help="Pod manifests ('-' reads stdin)")
+    parser.add_argument("pods", nargs="+", metavar="FILE",
+                        help="Pod, workload or List manifests, YAML or JSON ('-' reads stdin)")
     parser.set_defaults(handler=run)
 
 
-def annotate(text: str, source: str) -> list[dict[str, Any]]:
-    """Every Pod document of `text` with the annotation set (replacing a stale one)."""
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as err:
-        raise InputError("yaml", f"{source}: {err}") from None
-    annotated: list[dict[str, Any]] = []
-    for index, document in enumerate(documents):
-        pod = pod_from_manifest(document, source if len(documents) == 1 else f"{source} document {index + 1}")
-        metadata = document.setdefault("metadata", {})
-        annotations = metadata.get("annotations") or {}
-        annotations[SHAPE_ANNOTATION] = to_annotation(pod)
-        metadata["annotations"] = annotations
-        annotated.append(document)
-    if not annotated:
-        raise InputError("manifest", f"{source}: no Pod manifest in the input")
-    return annotated
-
-
 def run(args: argparse.Namespace) -> int:
-    documents: list[dict[str, Any]] = []
+    texts: list[str] = []
     try:
         for _, source, text in read_inputs(args.pods):
-            documents.extend(annotate(text, source))
+            texts.append(annotate(text, source))
     except (InputError, OSError) as err:
         print(f"nri-podlevel annotate: {err}", file=sys.stderr)
         return 2
-    sys.stdout.write(yaml.safe_dump_all(documents, sort_keys=False))
+    for index, text in enumerate(texts):
+        if index and not text.startswith(DOCUMENT_START):
+            sys.stdout.write(DOCUMENT_START + "\n")  # the next file starts a document of its own
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from podlevel.cli.inputs import read_bytes
+from podlevel.engine.errors import InputError
 from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.quantity import format_bytes
 from podlevel.state.formats import (
@@ -71,9 +73,12 @@ def _version(text: str) -> int:
 def _read(path: Path) -> Decoded | int:
     """The decoded file, or the exit status after saying why there is none."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError as err:
         print(f"nri-podlevel checkpoint: {path}: {err.strerror}", file=sys.stderr)
+        return 2
+    except InputError as err:
+        print(f"nri-podlevel checkpoint: {err}", file=sys.stderr)
         return 2
     try:
         return decode(data)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-import yaml
-
+from podlevel.cli.inputs import read_text
 from podlevel.engine.errors import InputError
+from podlevel.podspec.documents import load_yaml_all
 
 KUBELET_API_VERSION: Final = "kubelet.config.k8s.io/v1beta1"
 KUBELET_KIND: Final = "KubeletConfiguration"
@@ -109,9 +108,14 @@ def read_config(path: str, known: Collection[str]) -> ConfigFile:
     try:
         # Every scalar stays the string it was written as: `plugin-index: 05` must not become 5, nor
         # `reserved-cpus: 010` the octal 8.
-        loaded = yaml.load(Path(path).read_text(), Loader=yaml.BaseLoader) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise InputError("--config", f"cannot read {path}: {err}") from None
+        documents = load_yaml_all(read_text(path), path, as_text=True)
+    except OSError as err:
+        raise InputError("--config", f"cannot read {path}: {err.strerror}") from None
+    except InputError as err:
+        raise InputError("--config", f"cannot read {path}: {err.rule}: {err.message}") from None
+    if len(documents) > 1:
+        raise InputError("--config", f"{path} holds {len(documents)} YAML documents, not one")
+    loaded = (documents[0] if documents else None) or {}
     if not isinstance(loaded, dict):
         raise InputError("--config", f"{path} must hold a mapping of setting: value")
     _check_type_meta(path, loaded)

@@ -22,6 +22,8 @@ from typing import Any
 
 from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, quote
 from podlevel.engine.manager import format_amount
 from podlevel.engine.quantity import format_bytes
 
@@ -42,11 +44,13 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     namespace, sep, name = args.pod.partition("/")
     if not sep or not namespace or not name:
-        print(f"nri-podlevel explain: {args.pod!r} is not NAMESPACE/NAME", file=sys.stderr)
+        print(f"nri-podlevel explain: {quote(args.pod)} is not NAMESPACE/NAME", file=sys.stderr)
         return 2
     try:
+        check_dns1123_label(namespace, "NAMESPACE")
+        check_dns1123_subdomain(name, "NAME")
         status, answer = fetch(args.address, "/debug/explain", pod=args.pod)
-    except (BadInput, Unreachable) as err:
+    except (BadInput, Unreachable, InputError) as err:
         print(f"nri-podlevel explain: {err}", file=sys.stderr)
         return 2
     if status != 200:

@@ -36,6 +36,7 @@ from podlevel.cgroups import (
     read_effective,
 )
 from podlevel.cli.checkpoint import summary
+from podlevel.cli.inputs import read_bytes
 from podlevel.cli.run import DEFAULT_METRICS_ADDRESS
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
@@ -320,9 +321,11 @@ def _row_drifts(row: PodRow) -> list[Drift]:
 def read_checkpoint(path: Path, kind: Kind) -> Decoded:
     """One checkpoint file, read only (never moved aside or migrated: that is the plugin's business)."""
     try:
-        return decode(path.read_bytes(), kind)
+        return decode(read_bytes(path), kind)
     except OSError as err:
         raise BadInput(f"{path}: {err.strerror}") from None
+    except InputError as err:
+        raise BadInput(str(err)) from None
     except CorruptCheckpoint as err:
         raise BadInput(f"{path}: corrupt: {err}") from None
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-COMMANDS: Final = ("annotate", "check", "checkpoint", "explain", "run", "show", "simulate")
+COMMANDS: Final = ("annotate", "check", "checkpoint", "explain", "run", "show", "simulate", "webhook")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import shown
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report.http import ReportServer, Route, probes
@@ -202,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if "NRI_PLUGIN_SOCKET" in os.environ:
             stub = Stub.from_environment(handler, observer=metrics)
+            check_launched_socket(stub.socket_fd)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
         routes = report_routes(stub, metrics, handler) if metrics else {}
@@ -232,6 +235,20 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def check_launched_socket(fd: int | None) -> None:
+    """The runtime's socket must be an open socket before anything starts: a plugin launched with a bad
+    descriptor can never connect, and should say so with status 2 rather than exit 0 after a warning."""
+    if fd is None:
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+    except (OSError, OverflowError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not a descriptor number"
+        raise InputError("NRI_PLUGIN_SOCKET", f"fd {shown(str(fd), 32)}: {reason}") from None
+    if not stat.S_ISSOCK(mode):
+        raise InputError("NRI_PLUGIN_SOCKET", f"fd {fd} is not a socket")
 
 
 def report_routes(stub: Stub, metrics: PluginMetrics, plugin: PodLevelPlugin) -> dict[str, Route]:

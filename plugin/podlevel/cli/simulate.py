@@ -13,6 +13,10 @@ and print the decisions — tables, or with `--json` one JSON object that script
 
 CPU and node sets are Linux list strings (`0-3,8`); a refused pod has no bubble and reserves nothing.
 
+Workloads count as the pods their controllers run at once, each named `<workload>-<i>` from 0: `replicas`
+copies of a Deployment's, ReplicaSet's or StatefulSet's pod template, `parallelism` of a Job's or a
+CronJob's, one of a DaemonSet's; `kind: List` items and multi-document files are read in order.
+
 `--node` starts from the live node instead of an empty one: the running plugin (`--address`) gives its engine
 settings, its allocations (as its checkpoints hold them) and the pods it admitted, so the answer is "would
 this pod fit on this node now, and where?". The machine is read from `--topology` (default `sysfs=/sys`,
@@ -31,10 +35,10 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
+from podlevel.cli.inputs import read_text, source_name
 from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -42,7 +46,8 @@ from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
-from podlevel.podspec.manifest import from_annotation, load_pods
+from podlevel.podspec.manifest import from_annotation
+from podlevel.podspec.workloads import load_pods
 from podlevel.report.views import decision_json, topology_json
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
@@ -70,7 +75,8 @@ def add_parser(subparsers: Any) -> None:
     add_source_arguments(parser, local=False)
     add_engine_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("pods", nargs="+", metavar="POD.yaml", help="Pod manifests ('-' reads stdin)")
+    parser.add_argument("pods", nargs="+", metavar="FILE",
+                        help="Pod, workload or List manifests, YAML or JSON ('-' reads stdin)")
     parser.set_defaults(handler=run)
 
 
@@ -157,10 +163,7 @@ def load_topology(spec: str) -> Topology:
 
 def read_inputs(paths: Sequence[str]) -> list[tuple[str, str, str]]:
     """(path, name for messages, text) of each argument; "-" is standard input."""
-    return [
-        (path, "<stdin>", sys.stdin.read()) if path == "-" else (path, path, Path(path).read_text())
-        for path in paths
-    ]
+    return [(path, source_name(path), read_text(path)) for path in paths]
 
 
 def read_pods(paths: Sequence[str]) -> list[Pod]:

@@ -7,9 +7,14 @@ under a millisecond on a 128-CPU node.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
+from typing import Final
 
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import MAX_CPUS, quote
+
+_ELEMENT: Final = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?", re.ASCII)
 
 
 class CPUSet:
@@ -39,22 +44,29 @@ class CPUSet:
         return cls.from_mask(mask)
 
     @classmethod
-    def parse(cls, text: str) -> CPUSet:
-        """Parse the Linux list format; "" is the empty set. Raises InputError naming the bad element."""
+    def parse(cls, text: str, bound: int = MAX_CPUS, what: str = "CPU") -> CPUSet:
+        """Parse the Linux list format; "" is the empty set. Every id must be below `bound` (the machine's,
+        or `limits.MAX_CPUS`), checked before any bitmask is built, so `0-4000000000` costs nothing.
+        Raises InputError naming the bad element; `what` names the ids in messages ("NUMA node")."""
         mask = 0
         text = text.strip()
         if not text:
             return cls.from_mask(0)
+        longest = bound * (len(str(bound)) + 1)
+        if len(text) > longest:
+            # Every id below `bound` listed once fits; a longer list costs time for nothing.
+            raise InputError("cpuset", f"{quote(text)} is longer than {longest} characters, the list of "
+                                       f"every {what} id below {bound}")
         for element in text.split(","):
-            element = element.strip()
-            lo_text, sep, hi_text = element.partition("-")
-            try:
-                lo = int(lo_text)
-                hi = int(hi_text) if sep else lo
-            except ValueError:
-                raise InputError("cpuset", f"{element!r} in {text!r} is not a CPU id or range") from None
-            if lo < 0 or hi < lo:
-                raise InputError("cpuset", f"range {element!r} in {text!r} is not ascending")
+            match = _ELEMENT.fullmatch(element)
+            if match is None:
+                raise InputError("cpuset", f"{quote(element)} in {quote(text)} is not a {what} id or range")
+            lo_text, hi_text = match[1], match[2] or match[1]
+            if max(len(lo_text), len(hi_text)) > 9 or max(int(lo_text), int(hi_text)) >= bound:
+                raise InputError("cpuset", f"{quote(element)} in {quote(text)}: {what} ids are below {bound}")
+            lo, hi = int(lo_text), int(hi_text)
+            if hi < lo:
+                raise InputError("cpuset", f"range {quote(element)} in {quote(text)} is not ascending")
             mask |= ((1 << (hi - lo + 1)) - 1) << lo
         return cls.from_mask(mask)
 

@@ -19,6 +19,7 @@ from typing import Final, TypedDict
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import MAX_CPUS, MAX_NUMA_NODES, quote
 from podlevel.engine.quantity import bytes_of, format_bytes
 
 DEFAULT_MEMORY_PER_NODE: Final = 16 * 2**30
@@ -180,15 +181,20 @@ def _parse_spec(spec: str) -> _SyntheticMachine:
     for item in spec.split(","):
         key, sep, value = item.strip().partition("=")
         if not sep or not value:
-            raise InputError(_SPEC_RULE, f"{item!r} is not KEY=VALUE (spec {spec!r})")
+            raise InputError(_SPEC_RULE, f"{quote(item)} is not KEY=VALUE (spec {quote(spec)})")
         if key in values:
-            raise InputError(_SPEC_RULE, f"{key} is given twice ({values[key]!r} and {value!r})")
+            raise InputError(_SPEC_RULE, f"{key} is given twice ({quote(values[key])} and {quote(value)})")
         values[key] = value
     counts: dict[str, int] = {}
     for key in _SPEC_KEYS:
         if key not in values:
             raise InputError(_SPEC_RULE, f"{key} is missing (need {', '.join(_SPEC_KEYS)})")
         counts[key] = _positive(key, values.pop(key))
+    nodes = counts["sockets"] * counts["nodes-per-socket"]
+    cpus = nodes * counts["cores-per-node"] * counts["threads-per-core"]
+    if nodes > MAX_NUMA_NODES or cpus > MAX_CPUS:
+        raise InputError(_SPEC_RULE, f"{nodes} NUMA nodes and {cpus} CPUs: Linux numbers at most "
+                                     f"{MAX_NUMA_NODES} nodes and {MAX_CPUS} CPUs")
     uncores = _positive(_UNCORES_KEY, values.pop(_UNCORES_KEY)) if _UNCORES_KEY in values else 1
     memory = bytes_of(values.pop("memory-per-node", DEFAULT_MEMORY_PER_NODE))
     hugepages: dict[int, int] = {}
@@ -216,12 +222,12 @@ def _parse_spec(spec: str) -> _SyntheticMachine:
 
 
 def _positive(key: str, raw: str) -> int:
-    try:
-        count = int(raw)
-    except ValueError:
-        count = 0
+    digits = raw.isascii() and raw.isdigit()
+    if digits and len(raw) > 9:
+        raise InputError(_SPEC_RULE, f"{key} {quote(raw)}: Linux numbers at most {MAX_CPUS} CPUs")
+    count = int(raw) if digits else 0
     if count < 1:
-        raise InputError(_SPEC_RULE, f"{key} must be a positive integer, got {raw!r}")
+        raise InputError(_SPEC_RULE, f"{key} must be a positive integer, got {quote(raw)}")
     return count
 
 

@@ -20,9 +20,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-import yaml
-
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import (
+    MAX_ANNOTATIONS_BYTES,
+    check_dns1123_label,
+    check_dns1123_subdomain,
+    check_resource_name,
+    quote,
+)
 from podlevel.engine.pod import (
     CPU,
     HUGEPAGES_PREFIX,
@@ -33,11 +38,14 @@ from podlevel.engine.pod import (
     Resources,
 )
 from podlevel.engine.quantity import bytes_of, format_bytes, milli_cpu
+from podlevel.podspec.documents import JSONNumber, load_json
 
 SHAPE_ANNOTATION: Final = "nri-podlevel.io/pod-shape"
 """The pod annotation whose value is `to_annotation(pod)`; the NRI side reads it with `from_annotation`."""
 SHAPE_VERSION: Final = 1
 
+_UID_MAX: Final = 128
+"""A uid is the API server's (a UUID, 36 characters); anything longer is not one, and uids are logged."""
 _UID_NAMESPACE: Final = uuid.UUID("6f1c52a4-5d0e-4c55-9f51-8d3a2b7e0c11")
 """Fixed namespace for uid5 so a manifest without `metadata.uid` gets the same uid on every run."""
 
@@ -47,41 +55,28 @@ def derived_uid(namespace: str, name: str) -> str:
     return str(uuid.uuid5(_UID_NAMESPACE, f"{namespace}/{name}"))
 
 
-def load_pods(text: str, source: str = "<input>") -> list[Pod]:
-    """Every Pod in a (multi-document) YAML text, in order. Empty documents are skipped."""
-    try:
-        documents = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        raise InputError("yaml", f"{source}: {err}") from None
-    pods: list[Pod] = []
-    for index, document in enumerate(documents):
-        if document is None:
-            continue
-        where = source if len(documents) == 1 else f"{source} document {index + 1}"
-        pods.append(pod_from_manifest(document, where))
-    if not pods:
-        raise InputError("manifest", f"{source}: no Pod manifest in the input")
-    return pods
-
-
 def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
     """One Pod manifest (as PyYAML or json loads it) -> `Pod`."""
     manifest = _mapping(document, where, "")
     kind = manifest.get("kind")
     if kind != "Pod":
-        raise InputError("manifest kind", f"{where}: kind is {kind!r}, expected 'Pod'")
+        raise InputError("manifest kind", f"{where}: kind is {quote(kind)}, expected 'Pod'")
     metadata = _mapping(manifest.get("metadata"), where, "metadata")
     name = _name(metadata.get("name"), where, "metadata.name")
+    check_dns1123_subdomain(name, f"{where}: metadata.name")
     namespace = metadata.get("namespace", "default")
     if not isinstance(namespace, str) or not namespace:
         raise InputError("manifest", f"{where}: metadata.namespace must be a non-empty string")
+    check_dns1123_label(namespace, f"{where}: metadata.namespace")
     uid = metadata.get("uid")
     if uid is None:
         uid = derived_uid(namespace, name)
-    elif not isinstance(uid, str) or not uid:
-        raise InputError("manifest", f"{where}: metadata.uid must be a non-empty string")
+    elif not isinstance(uid, str) or not uid or len(uid) > _UID_MAX:
+        raise InputError(
+            "manifest", f"{where}: metadata.uid must be a non-empty string of at most {_UID_MAX} characters"
+        )
     spec = _mapping(manifest.get("spec"), where, "spec")
-    return _pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
+    return pod_from_spec(spec, where, "spec.", uid=uid, name=name, namespace=namespace)
 
 
 def to_annotation(pod: Pod) -> str:
@@ -99,24 +94,33 @@ def to_annotation(pod: Pod) -> str:
 
 
 def from_annotation(text: str, *, name: str, namespace: str = "default", uid: str | None = None) -> Pod:
-    """Read a `to_annotation` value back; identity comes from the caller (the sandbox the pod runs in)."""
+    """Read a `to_annotation` value back; identity comes from the caller (the sandbox the pod runs in).
+
+    The pod's identity is held to the API server's name rules and the value to its annotation size limit
+    before anything is decoded, so a message about the pod can always be formatted and stays short.
+    """
+    check_dns1123_label(namespace, f"annotation {SHAPE_ANNOTATION}: the pod's namespace")
+    check_dns1123_subdomain(name, f"annotation {SHAPE_ANNOTATION}: the pod's name")
     where = f"annotation {SHAPE_ANNOTATION} of {namespace}/{name}"
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InputError("pod shape", f"{where}: not JSON ({err})") from None
-    shape = _mapping(document, where, "")
+    size = len(text.encode(errors="surrogatepass"))
+    if size > MAX_ANNOTATIONS_BYTES:
+        raise InputError("annotation size", f"{where}: {size} bytes, above the {MAX_ANNOTATIONS_BYTES} the "
+                                            "API server allows for all of a pod's annotations together")
+    shape = _mapping(load_json(text, where), where, "")
     version = shape.get("v")
-    if version != SHAPE_VERSION:
-        raise InputError("pod shape", f"{where}: v is {version!r}, this version reads {SHAPE_VERSION}")
-    return _pod_from_spec(
+    if not (isinstance(version, JSONNumber) and version == str(SHAPE_VERSION)):
+        shown = version if isinstance(version, JSONNumber) else quote(version)
+        raise InputError("pod shape", f"{where}: v is {shown}, this version reads {SHAPE_VERSION}")
+    return pod_from_spec(
         shape, where, "", uid=uid or derived_uid(namespace, name), name=name, namespace=namespace
     )
 
 
-def _pod_from_spec(
+def pod_from_spec(
     spec: Mapping[str, object], where: str, prefix: str, *, uid: str, name: str, namespace: str
 ) -> Pod:
+    """A PodSpec (a Pod's, a workload's pod template's, or the annotation's subset) -> `Pod`; `prefix` is
+    the spec's field path in the document, for messages."""
     init_containers = _containers(spec.get("initContainers"), where, f"{prefix}initContainers", init=True)
     containers = _containers(spec.get("containers"), where, f"{prefix}containers", init=False)
     if not containers:
@@ -156,6 +160,7 @@ def _containers(value: object, where: str, path: str, *, init: bool) -> tuple[Co
         item_path = f"{path}[{index}]"
         container = _mapping(item, where, item_path)
         name = _name(container.get("name"), where, f"{item_path}.name")
+        check_dns1123_label(name, f"{where}: {item_path}.name")
         kind = ContainerKind.APP
         if init:
             restart_policy = container.get("restartPolicy")
@@ -178,6 +183,7 @@ def _resources(value: object, where: str, path: str, *, pod_level: bool) -> Reso
         if raw is not None:
             for resource, quantity in _mapping(raw, where, f"{path}.{field}").items():
                 item_path = f"{path}.{field}.{resource}"
+                check_resource_name(resource, f"{where}: {path}.{field}")
                 parsed_name, amount = _quantity(str(resource), quantity, where, item_path)
                 if parsed_name is None:
                     if pod_level:
@@ -203,7 +209,7 @@ def _resources(value: object, where: str, path: str, *, pod_level: bool) -> Reso
 def _quantity(resource: str, value: object, where: str, path: str) -> tuple[str | None, int]:
     """(engine resource name or None for resources the managers ignore, amount in engine units)."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise InputError("quantity", f"{where}: {path}: {value!r} is not a quantity")
+        raise InputError("quantity", f"{where}: {path}: a {type(value).__name__} is not a quantity")
     try:
         if resource == CPU:
             return CPU, milli_cpu(value)

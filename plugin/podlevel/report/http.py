@@ -40,7 +40,7 @@ def parse_address(address: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:9808` for IPv6); raises ValueError naming the address."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"metrics address {address!r} is not HOST:PORT")
+        raise ValueError(f"address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 
 

@@ -24,6 +24,7 @@ from typing import Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
+from podlevel.engine.limits import MAX_INTEGER_DIGITS, MAX_NESTING, json_depth
 from podlevel.state.checksum import GoValue, go_map, go_slice, go_struct, pointer, scalar
 
 _INT_KEY: Final = re.compile(r"[+-]?[0-9]+")
@@ -52,7 +53,16 @@ def parse(text: str) -> object:
     def reject(constant: str) -> object:
         raise json.JSONDecodeError(f"{constant} is not JSON", text, text.find(constant))
 
-    return json.loads(text, object_pairs_hook=JSONObject, parse_float=Fraction, parse_constant=reject)
+    def integer(digits: str) -> int:
+        if len(digits) > MAX_INTEGER_DIGITS:  # int() of long digit strings is slow, and no field holds one
+            raise json.JSONDecodeError(f"an integer of {len(digits)} digits", text, text.find(digits))
+        return int(digits)
+
+    depth = json_depth(text)
+    if depth > MAX_NESTING:
+        raise json.JSONDecodeError(f"nested {depth} levels deep, at most {MAX_NESTING} are read", text, 0)
+    return json.loads(text, object_pairs_hook=JSONObject, parse_float=Fraction, parse_int=integer,
+                      parse_constant=reject)
 
 
 def fold(name: str) -> str:

@@ -8,6 +8,7 @@ from podlevel.agent.decisions import DecisionLog
 from podlevel.agent.placement import Placement, Sandbox
 from podlevel.engine.errors import AdmissionError
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.runtime import sandbox_resources
 from support.builders import fast_path, new_engine
 
 
@@ -25,7 +26,8 @@ def test_the_log_keeps_the_latest_per_pod_and_drops_the_oldest_pod_past_its_limi
 
 def placed(pod_name: str, cpus: int, exclusive: int) -> Sandbox:
     pod = fast_path(pod_name, cpus, exclusive)
-    return Sandbox(f"sb-{pod_name}", pod.uid, pod.name, "default", {SHAPE_ANNOTATION: to_annotation(pod)})
+    return Sandbox(f"sb-{pod_name}", pod.uid, pod.name, "default", {SHAPE_ANNOTATION: to_annotation(pod)},
+                   sandbox_resources(pod))
 
 
 def test_placement_records_the_state_each_decision_was_made_on_without_copying_it() -> None:

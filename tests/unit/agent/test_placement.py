@@ -22,10 +22,11 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
 from podlevel.engine.manager import Assignment
-from podlevel.engine.pod import Container, ContainerKind, Pod
+from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.podspec.runtime import container_resources, linux_resources, sandbox_resources
-from support.builders import MI, burstable, fast_path, guaranteed, new_engine
+from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
+from support.builders import GI, MI, app, burstable, fast_path, guaranteed, new_engine
+from support.builders import pod as make_pod
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
 ALL_CPUS = CPUSet.parse("0-15")
@@ -76,7 +77,7 @@ def too_big() -> Pod:
 
 def sandbox_of(pod: Pod) -> Sandbox:
     annotations = {SHAPE_ANNOTATION: to_annotation(pod)}
-    return Sandbox(f"sb-{pod.name}", pod.uid, pod.name, pod.namespace, annotations)
+    return Sandbox(f"sb-{pod.name}", pod.uid, pod.name, pod.namespace, annotations, sandbox_resources(pod))
 
 
 def unmanaged(name: str = "web") -> Sandbox:
@@ -704,3 +705,54 @@ def test_restart_under_new_settings_moves_only_what_no_longer_fits_and_says_why(
     assert restarted.state.cpu.pod_entries["uid-first"] == live.state.cpu.pod_entries["uid-first"]
     assert restarted.state.cpu.entries["uid-third"] == live.state.cpu.entries["uid-third"]
     assert restarted.resync.restored == 2
+
+
+# -- claims the runtime cannot confirm ---------------------------------------------------------------------
+
+
+def test_a_bubble_the_sandbox_carries_no_resources_for_is_refused_as_unverifiable() -> None:
+    """Without the sandbox's pod resources nothing confirms the budget: the claim is refused, not trusted."""
+    placement = Placement(new_engine())
+    pod = fast_path(cpus=8)
+    bare = replace(sandbox_of(pod), resources=RuntimeResources())
+    before = snapshot(placement)
+    with pytest.raises(InputError, match="carries none of") as raised:
+        placement.create(bare, "fast-app", "app", container_resources(pod, pod.container("app")))
+    assert raised.value.rule == "pod shape"
+    assert snapshot(placement) == before
+
+
+def test_a_pod_without_a_budget_needs_no_sandbox_resources() -> None:
+    """Only a bubble needs the sandbox's confirmation; each exclusive container is checked on its own."""
+    placement = Placement(new_engine())
+    pod = make_pod("solo", app("c", guaranteed(2000, GI)), uid="uid-solo")
+    bare = replace(sandbox_of(pod), resources=RuntimeResources())
+    first = pod.containers[0]
+    settings, _ = placement.create(bare, "c0", first.name, container_resources(pod, first))
+    assert settings.cpu_quota_us is not None
+
+
+def test_a_later_container_is_checked_against_its_own_runtime_resources() -> None:
+    """A container BestEffort at runtime must not get the exclusive CPUs its shape claims."""
+    placement = Placement(new_engine())
+    pod = fast_path()
+    sandbox = sandbox_of(pod)
+    placement.create(sandbox, "fast-log", "log", container_resources(pod, pod.container("log")))
+    best_effort = linux_resources(Resources(), 100_000)
+    with pytest.raises(InputError, match=r"container app: .* cpu_shares") as raised:
+        placement.create(sandbox, "fast-app", "app", best_effort)
+    assert raised.value.rule == "pod shape"
+    assert "fast-app" not in placement.applied
+    honest = container_resources(pod, pod.container("app"))
+    settings, _ = placement.create(sandbox, "fast-app", "app", honest)
+    assert settings.assignment is Assignment.POD_EXCLUSIVE
+
+
+def test_a_restart_after_a_resize_is_not_checked_again() -> None:
+    placement = Placement(new_engine())
+    pod = fast_path()
+    sandbox = sandbox_of(pod)
+    placement.create(sandbox, "fast-app", "app", container_resources(pod, pod.container("app")))
+    resized = replace(container_resources(pod, pod.container("app")), memory_limit=512 * MI)
+    settings, _ = placement.create(sandbox, "fast-app-2", "app", resized)
+    assert settings.assignment is Assignment.POD_EXCLUSIVE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,44 @@ def test_synchronize_survives_an_unreadable_cpuset(
 
     assert [u.container_id for u in updates] == ["web-server"], "treated as unknown, so it is set again"
     assert "ignoring the runtime's cpuset" in caplog.text and "'0-x'" in caplog.text
+
+
+def test_runtime_ids_beyond_the_machine_cost_nothing_and_log_one_bounded_line(
+    plugin: PodLevelPlugin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`mems` 0-300000 once took seconds; ids this machine does not have (16 CPUs, 2 nodes) are unknown."""
+    web = sandbox(None)
+    containers = []
+    for index, (cpus, mems) in enumerate([("0-15", "0-300000"), ("0-4000000000", "0"), ("0-16", "0"),
+                                          ("0-15", "2"), ("0-15", "0-1")]):
+        created = container(web, f"c{index}")
+        created.linux.resources.cpu.cpus, created.linux.resources.cpu.mems = cpus, mems
+        containers.append(created)
+
+    started = time.perf_counter()
+    updates = plugin.synchronize([web], containers)
+
+    assert time.perf_counter() - started < 0.5
+    # An unknown cpuset is set again; unknown memory nodes are left as the runtime has them, as unset ones.
+    assert sorted(u.container_id for u in updates) == ["web-c1", "web-c2"]
+    lines = [r.getMessage() for r in caplog.records if "ignoring the runtime's cpusets" in r.getMessage()]
+    assert len(lines) == 1 and "of 4 containers" in lines[0] and "and 3 more" in lines[0]
+    assert len(lines[0]) < 400
+
+
+def test_a_huge_name_does_not_make_a_huge_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    plugin = PodLevelPlugin(Placement(new_engine()))
+    web = sandbox(None)
+    web.name = "n" * (1 << 20)
+    shaped = sandbox(fast_path())
+    app = container(shaped, "app")
+    shaped.name = "p" * (1 << 20)
+    plugin.create_container(web, container(web, "c" * (1 << 20)))
+    with pytest.raises(RpcError) as refused:
+        plugin.create_container(shaped, app)
+    assert refused.value.code is Code.INVALID_ARGUMENT and "DNS-1123 subdomain" in str(refused.value)
+    assert len(str(refused.value)) < 1000
+    assert caplog.records and all(len(r.getMessage()) < 1000 for r in caplog.records)
 
 
 # -- what is decided is on disk before it is applied ---------------------------------------------------------
@@ -304,8 +343,13 @@ def test_an_adjustment_that_cannot_be_sent_rolls_the_admission_back(
     assert after == before
     assert plugin.placement.pod_cgroups == {}
     monkeypatch.undo()
-    # Nothing was reserved, and nobody is told to move: the retry decides anew.
+    # Nothing was reserved, and nobody is told to move: the retry decides anew, its claim checked again.
     assert drain(plugin) == []
+    untruthful = container(fast, "app")
+    untruthful.linux.resources.cpu.shares.value = 2
+    with pytest.raises(RpcError) as refused:
+        plugin.create_container(fast, untruthful)
+    assert refused.value.code == Code.INVALID_ARGUMENT
     retried = plugin.create_container(fast, container(fast, "app"))
     assert len(retried.updates) == 3
 

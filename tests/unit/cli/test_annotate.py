@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation, load_pods
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
+from podlevel.podspec.workloads import load_pods
 from support.builders import EXAMPLES
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.yaml"))
@@ -49,17 +50,34 @@ def test_stale_annotation_is_replaced() -> None:
     ("manifest", "rule"),
     [
         ("kind: Pod\n", "metadata must be a mapping"),
-        ("kind: Deployment\nmetadata: {name: d}\n", "manifest kind"),
+        ("kind: Service\nmetadata: {name: s}\n", "manifest kind"),
         (
             "kind: Pod\nmetadata: {name: p}\n"
             "spec: {containers: [{name: c, resources: {requests: {cpu: 2x}}}]}\n",
             "quantity",
         ),
     ],
-    ids=["no-metadata", "not-a-pod", "bad-quantity"],
+    ids=["no-metadata", "no-pod-kind", "bad-quantity"],
 )
 def test_bad_manifest_exits_2_naming_the_rule(manifest: str, rule: str) -> None:
     result = _annotate("-", stdin=manifest)
     assert result.returncode == 2
     assert rule in result.stderr
     assert result.stdout == ""
+
+
+def test_a_deployment_and_a_pod_in_two_files_come_out_as_one_stream(tmp_path: Path) -> None:
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(
+        "# the storefront\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: shop\nspec:\n"
+        "  replicas: 2  # two copies\n  template:\n    metadata:\n      labels: {app: shop}\n    spec:\n"
+        "      containers:\n      - name: app\n        image: busybox"  # no final newline
+    )
+    result = _annotate(str(deployment), str(EXAMPLES / "pod-scope-mixed.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(deployment.read_text().split("    metadata:")[0] + "    metadata:\n")
+    assert "# two copies" in result.stdout and "\n---\n" in result.stdout
+    shop, pod = yaml.safe_load_all(result.stdout)
+    assert SHAPE_ANNOTATION in shop["spec"]["template"]["metadata"]["annotations"]
+    assert SHAPE_ANNOTATION in pod["metadata"]["annotations"]
+    assert [p.name for p in load_pods(result.stdout)] == ["shop-0", "shop-1", "pod-scope-mixed"]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.topology import from_spec
@@ -185,6 +186,27 @@ def test_multi_document_input_from_stdin() -> None:
         "pod-scope-mixed",
         "container-scope-mixed",
     ]
+
+
+def test_a_deployment_is_admitted_as_its_replicas() -> None:
+    [pod] = yaml.safe_load_all((EXAMPLES / "pod-scope-mixed.yaml").read_text())
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mixed", "namespace": "shop"},
+        "spec": {"replicas": 3, "template": {"metadata": {"labels": {"app": "mixed"}}, "spec": pod["spec"]}},
+    }
+    status, out = simulate_json_stdin(yaml.safe_dump(deployment), "--topology", SMALL)
+    assert [(p["namespace"], p["name"], p["admitted"]) for p in out["pods"]] == [
+        ("shop", "mixed-0", True), ("shop", "mixed-1", True), ("shop", "mixed-2", True),
+    ]
+    bubbles = [CPUSet.parse(p["bubble"]["cpus"]) for p in out["pods"]]
+    assert all(a.is_disjoint(b) for i, a in enumerate(bubbles) for b in bubbles[i + 1 :])
+    assert status == 0
+
+
+def simulate_json_stdin(text: str, *args: str) -> tuple[int, dict[str, Any]]:
+    done = simulate("--json", *args, "-", stdin=text)
+    assert done.stderr == ""
+    return done.returncode, json.loads(done.stdout)
 
 
 def test_table_output_shows_nodes_holders_and_free_memory() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -62,3 +64,24 @@ def test_algebra_matches_python_sets(a: frozenset[int], b: frozenset[int]) -> No
     assert x.is_disjoint(y) == a.isdisjoint(b)
     assert (x == y) == (a == b)
     assert bool(x) == bool(a)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("0-4000000000", "ids are below 8192"), ("0-300000", "ids are below 8192"), ("9" * 100, "below"),
+     ("0," * 50_000 + "0", "longer than"), ("٣", "not a CPU id")],
+    ids=lambda v: str(v)[:20],
+)
+def test_ids_beyond_the_bound_are_refused_before_a_mask_is_built(text: str, fragment: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(InputError) as caught:
+        CPUSet.parse(text)
+    assert time.perf_counter() - started < 0.05
+    assert caught.value.rule == "cpuset" and fragment in caught.value.message
+    assert len(caught.value.message) < 400
+
+
+def test_the_bound_is_the_callers() -> None:
+    assert CPUSet.parse("0-3", bound=4) == CPUSet(range(4))
+    with pytest.raises(InputError, match="NUMA node ids are below 2"):
+        CPUSet.parse("0-2", bound=2, what="NUMA node")

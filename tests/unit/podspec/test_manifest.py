@@ -10,10 +10,10 @@ from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
     derived_uid,
     from_annotation,
-    load_pods,
     pod_from_manifest,
     to_annotation,
 )
+from podlevel.podspec.workloads import load_pods
 from support.builders import EXAMPLES, GI, example
 
 
@@ -40,31 +40,6 @@ def test_the_documentation_pod_scope_mixed_example() -> None:
     assert main.resources.is_equivalent_guaranteed()
     assert dict(main.resources.limits) == {"cpu": 2000, "memory": 2 * GI}
     assert pod.qos_class() is QOSClass.GUARANTEED
-
-
-def test_all_documentation_examples_load() -> None:
-    names = sorted(p.name for f in EXAMPLES.glob("*.yaml") for p in load_pods(f.read_text(), str(f)))
-    assert {"pod-scope-mixed", "empty-shared-pool", "container-scope-mixed"} <= set(names)
-
-
-def test_multi_document_yaml_keeps_order_and_skips_empty_documents() -> None:
-    text = """
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b, namespace: team}
-spec: {containers: [{name: c}]}
----
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a, uid: 1234-abcd}
-spec: {containers: [{name: c}]}
-"""
-    first, second = load_pods(text)
-    assert (first.name, first.namespace, first.uid) == ("b", "team", derived_uid("team", "b"))
-    assert (second.name, second.namespace, second.uid) == ("a", "default", "1234-abcd")
-    assert first.resources is None
 
 
 def test_derived_uid_is_stable_and_distinct() -> None:
@@ -272,22 +247,6 @@ def test_bad_documents(document: object, rule: str) -> None:
     assert caught.value.rule == rule
 
 
-def test_yaml_syntax_error_and_empty_input() -> None:
-    with pytest.raises(InputError) as caught:
-        load_pods("kind: Pod\n  bad: [", "broken.yaml")
-    assert caught.value.rule == "yaml" and "broken.yaml" in caught.value.message
-    with pytest.raises(InputError) as caught:
-        load_pods("---\n", "empty.yaml")
-    assert caught.value.rule == "manifest"
-
-
-def test_errors_name_the_document_of_a_multi_document_file() -> None:
-    text = "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c}]}\n---\nkind: Pod\nmetadata: {}"
-    with pytest.raises(InputError) as caught:
-        load_pods(text, "two.yaml")
-    assert caught.value.message.startswith("two.yaml document 2: metadata.name")
-
-
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
 def test_annotation_round_trip_of_the_examples(example: str) -> None:
     for pod in load_pods((EXAMPLES / example).read_text()):
@@ -329,3 +288,81 @@ def test_bad_annotations(text: str, fragment: str) -> None:
         from_annotation(text, name="p", namespace="ns")
     assert fragment in caught.value.message
     assert SHAPE_ANNOTATION in caught.value.message
+
+
+# -- the API server's limits ----------------------------------------------------------------------------
+
+
+def shape(containers: str, resources: str = "") -> str:
+    budget = f', "resources": {resources}' if resources else ""
+    return f'{{"v": 1, "containers": {containers}{budget}}}'
+
+
+@pytest.mark.parametrize(
+    ("text", "rule", "fragment"),
+    [
+        (shape('[{"name": "\\ud800"}]'), "UTF-8", "containers[0].name holds '\\ud800'"),
+        (shape('[{"name": "a", "resources": {"limits": {"cpu\\ud800": "1"}}}]'), "UTF-8", "key holds"),
+        (shape('[{"name": "a", "resources": {"limits": {"cpu": "1e10000000"}}}]'), "quantity",
+         "containers[0].resources.limits.cpu: '1e10000000' is above the maximum"),
+        (shape('[{"name": "a", "resources": {"limits": {"memory": -1}}}]'), "quantity", "'-1' is negative"),
+        (shape('[{"name": "a", "resources": {"limits": {"memory": "-1"}}}]'), "quantity", "'-1' is negative"),
+        (shape('[{"name": "a", "resources": {"limits": {"cpu": NaN}}}]'), "json", "NaN is not a JSON number"),
+        (shape('[{"name": "App"}]'), "DNS-1123 label", "containers[0].name: 'App'"),
+        (shape('[{"name": "' + "a" * 64 + '"}]'), "DNS-1123 label", "at most 63 characters"),
+        (shape('[{"name": "a", "resources": {"limits": {"a b": "1"}}}]'), "qualified name", "'a b'"),
+        ("[" * 100_000 + "]" * 100_000, "json", "nested 100000 levels deep"),
+        (shape('[{"name": "' + "a" * 300_000 + '"}]'), "annotation size", "above the 262144"),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_annotations_beyond_the_api_servers_limits_are_refused_naming_the_rule(
+    text: str, rule: str, fragment: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        from_annotation(text, name="p", namespace="ns")
+    assert caught.value.rule == rule and fragment in caught.value.message
+    assert len(str(caught.value)) < 600
+    str(caught.value).encode()
+
+
+def test_a_number_is_a_quantity_as_its_text() -> None:
+    numbers = '[{"name": "a", "resources": {"limits": {"cpu": 2, "memory": 1e9}}}]'
+    texts = '[{"name": "a", "resources": {"limits": {"cpu": "2", "memory": "1e9"}}}]'
+    as_number, as_text = from_annotation(shape(numbers), name="p"), from_annotation(shape(texts), name="p")
+    assert as_number == as_text
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace", "rule"),
+    [("P", "ns", "DNS-1123 subdomain"), ("p" * 254, "ns", "DNS-1123 subdomain"),
+     ("p", "n.s", "DNS-1123 label"), ("p", "\ud800", "DNS-1123 label")],
+    ids=lambda v: str(v)[:10],
+)
+def test_the_sandbox_identity_is_held_to_the_api_servers_name_rules(
+    name: str, namespace: str, rule: str
+) -> None:
+    with pytest.raises(InputError) as caught:
+        from_annotation(shape('[{"name": "a"}]'), name=name, namespace=namespace)
+    assert caught.value.rule == rule
+    str(caught.value).encode()
+
+
+@pytest.mark.parametrize(
+    ("metadata", "rule"),
+    [("{name: Web}", "DNS-1123 subdomain"), ("{name: web, namespace: Prod}", "DNS-1123 label"),
+     ('{name: web, uid: "' + "u" * 200 + '"}', "manifest")],
+)
+def test_manifest_names_follow_the_api_servers_rules(metadata: str, rule: str) -> None:
+    with pytest.raises(InputError) as caught:
+        load_pods(f"kind: Pod\nmetadata: {metadata}\nspec: {{containers: [{{name: c}}]}}\n", "pod.yaml")
+    assert caught.value.rule == rule
+
+
+def test_a_nan_quantity_in_yaml_is_a_quantity_error() -> None:
+    text = "kind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, resources: {limits: {cpu: .nan}}}]}"
+    with pytest.raises(InputError) as caught:
+        load_pods(text, "nan.yaml")
+    assert caught.value.rule == "quantity" and "nan.yaml: spec.containers[0].resources.limits.cpu" in str(
+        caught.value
+    )

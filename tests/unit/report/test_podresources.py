@@ -22,6 +22,7 @@ from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.runtime import sandbox_resources
 from podlevel.report.podresources import (
     KUBELET_SOCKET,
     PodResourcesServer,
@@ -33,7 +34,8 @@ from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init
 
 
 def sandbox_of(p: Pod) -> Sandbox:
-    return Sandbox(f"sb-{p.name}", p.uid, p.name, p.namespace, {SHAPE_ANNOTATION: to_annotation(p)})
+    return Sandbox(f"sb-{p.name}", p.uid, p.name, p.namespace, {SHAPE_ANNOTATION: to_annotation(p)},
+                   sandbox_resources(p))
 
 
 def unmanaged(name: str) -> Sandbox:
