@@ -39,8 +39,8 @@ from support.demo_node import (
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
-from testbed.kubelet import LONG_RUNNING, start_pod
-from testbed.plugin_process import PluginProcess
+from testbed.kubelet import LONG_RUNNING, start_annotated_pod, start_pod
+from testbed.plugin_process import REGISTERED, PluginProcess
 from testbed.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -107,6 +107,27 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
     fast = start_pod(cri, demo_pod("fast-path"))
 
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+
+
+def test_a_hostile_name_fails_its_own_container_and_the_connection_stays(
+    cri: CRI, plugin: PluginProcess
+) -> None:
+    """A sidecar named with a lone surrogate and a control character (JSON escapes, as a pod may write
+    them): creation fails with a status naming the name, escaped, and the next pod is placed over the same
+    connection."""
+    no_room = demo_pod("no-room")
+    hostile = to_annotation(no_room).replace('"name":"logging-sidecar"', '"name":"logging-\\ud800\\u0007"')
+    with pytest.raises(CRIError) as refused:
+        start_annotated_pod(cri, no_room, {SHAPE_ANNOTATION: hostile})
+    assert refused.value.method == "CreateContainer"
+    assert "code = InvalidArgument" in refused.value.details
+    assert "'logging-\\ud800\\x07'" in refused.value.details
+
+    fast = start_pod(cri, demo_pod("fast-path"))
+
+    assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
+    log = "\n".join(plugin.lines)
+    assert "connection closed" not in log and log.count(REGISTERED) == 1, "the plugin never reconnected"
 
 
 def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]]:

@@ -1,5 +1,7 @@
 """The ttrpc codec over random byte streams: framing never changes what decodes, and junk fails cleanly.
 
+The two "any bytes" tests are fuzzers: `hack/fuzz` runs them for as long as it is asked to.
+
 Seen from the plugin: the runtime's requests arrive on conn 1 and its responses on conn 2. A mux frame may
 hold any slice of a conn's byte stream and the socket may cut anywhere, so however the same streams are
 framed, interleaved and cut, the plugin must decode the same messages; and bytes that follow no rule must
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 from podlevel.ttrpc.codec import Code, Connection, Inbound, MessageType, Request, Response, Role
 from podlevel.ttrpc.errors import ProtocolError
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, FrameDecoder, encode_frame
+from support.fuzzing import fuzz_settings
 
 PROPERTY_SETTINGS = settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 
@@ -130,15 +133,49 @@ def junk(draw: st.DrawFn) -> bytes:
     return encode_frame(conn_id, message)
 
 
-@PROPERTY_SETTINGS
-@given(st.lists(junk(), max_size=10), st.data())
-def test_any_bytes_either_decode_or_raise_protocol_error(pieces: list[bytes], data: st.DataObject) -> None:
-    stream = b"".join(pieces)
+def decodes_or_fails_cleanly(stream: bytes, pieces: list[bytes]) -> None:
+    """Fed in `pieces`, `stream` gives messages or ends in ProtocolError; after one the codec stays failed."""
     connection = plugin()
-    for piece in data.draw(pieces_of(stream)):
+    for piece in pieces:
         try:
             connection.feed(piece)
         except ProtocolError:
             with pytest.raises(ProtocolError, match="already failed"):
                 connection.feed(b"")
             return
+
+
+@fuzz_settings(300)
+@given(st.lists(junk(), max_size=10), st.data())
+def test_any_bytes_either_decode_or_raise_protocol_error(pieces: list[bytes], data: st.DataObject) -> None:
+    stream = b"".join(pieces)
+    decodes_or_fails_cleanly(stream, data.draw(pieces_of(stream)))
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    """Valid frames with a few bytes flipped, overwritten, inserted, deleted or repeated, or cut short: the
+    near misses that reach deepest into the decoder."""
+    _, frames = draw(framed())
+    data = bytearray(b"".join(frames))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data)))
+        kind = draw(st.sampled_from(["flip", "set", "insert", "delete", "repeat", "cut"]))
+        if kind in ("flip", "set") and at < len(data):
+            bit = 1 << draw(st.integers(0, 7))
+            data[at] = data[at] ^ bit if kind == "flip" else draw(st.integers(0, 255))
+        elif kind == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif kind == "delete":
+            del data[at : at + draw(st.integers(1, 8))]
+        elif kind == "repeat":
+            data[at:at] = data[at : at + draw(st.integers(1, 24))]
+        elif kind == "cut":
+            del data[at:]
+    return bytes(data)
+
+
+@fuzz_settings(300)
+@given(mutated(), st.data())
+def test_mutated_frames_either_decode_or_raise_protocol_error(stream: bytes, data: st.DataObject) -> None:
+    decodes_or_fails_cleanly(stream, data.draw(pieces_of(stream)))

@@ -122,6 +122,10 @@ class FakeRuntime:
         async with asyncio.timeout(TIMEOUT):
             return await self._accepted.get()
 
+    def accepted(self) -> int:
+        """How many plugin connections were made so far."""
+        return len(self._sides)
+
     async def close(self) -> None:
         for side in self._sides:
             side.close()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from podlevel.agent.decisions import DecisionLog
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
@@ -213,12 +213,14 @@ def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str,
 class Placement:
     """Runtime containers ⇄ engine decisions, plus what was last applied to each container.
 
-    Invariants: `applied` holds the desired settings of every tracked container whenever the node shared
-    pool equals `_flushed_pool`, so an event that leaves the pool alone finds no updates without looking at
-    every container. That holds because a pod's own decision is fixed from admission to release (the engine
-    changes it only through `remove_container`, which placement never calls: restarts keep allocations), and
-    other pods come and go only through the node shared pool, the one thing a decision shares with the rest
-    of the node. `_pods` caches each admitted pod's decision accordingly.
+    Invariants: `applied` holds the desired settings of every tracked container not in `_unsent` whenever
+    the node shared pool equals `_flushed_pool`, so an event that leaves the pool alone finds no updates
+    without looking at every container. That holds because a pod's own decision is fixed from admission to
+    release (the engine changes it only through `remove_container`, which placement never calls: restarts
+    keep allocations), and other pods come and go only through the node shared pool, the one thing a
+    decision shares with the rest of the node. `_pods` caches each admitted pod's decision accordingly.
+    `_unsent` holds the containers whose updates were handed out but did not fit an answer (`defer`): they
+    are handed out again until an answer carries them.
     """
 
     def __init__(self, engine: Engine, recorded: CPUState | None = None) -> None:
@@ -243,6 +245,10 @@ class Placement:
         self.pod_cgroups: dict[str, PodCgroupSettings] = {}
         """sandbox id -> what its pod cgroup should hold (admitted pods with a bubble or exclusive CPUs)."""
         self._flushed_pool = engine.node_shared_pool(self.state)
+        """The node shared pool the last handed-out updates followed."""
+        self._unsent: set[str] = set()
+        self._undo: _Undo | None = None
+        """Takes back the last `create`, until the next one."""
         self.decisions = DecisionLog()
         """Every admission and refusal, on the state it was decided on (for `explain`)."""
 
@@ -254,8 +260,10 @@ class Placement:
         """Place a new container; returns its settings and the changed settings of other containers.
 
         Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); state is
-        unchanged then.
+        unchanged then. `rollback_create` takes it back when its answer cannot be sent.
         """
+        undo = _Undo(self, sandbox.id, container_id)
+        self._undo = undo
         # A sandbox already admitted needs no second read of its annotation: every container of the pod
         # after the first takes this path, and CreateContainer waits on it.
         self.sandboxes[sandbox.id] = sandbox
@@ -275,7 +283,18 @@ class Placement:
         self._containers[container_id] = _Tracked(sandbox.id, name)
         settings = self.desired(container_id)
         self.applied[container_id] = settings
-        return settings, self.pending_updates()
+        self._unsent.discard(container_id)
+        return settings, self._hand_out(undo)
+
+    def rollback_create(self) -> None:
+        """Take back the last `create`: its answer could not be sent, so nothing it decided may stand."""
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo.run(self)
+
+    def defer(self, container_ids: Iterable[str]) -> None:
+        """Updates handed out for these containers did not fit their answer: hand them out again."""
+        self._unsent.update(cid for cid in container_ids if cid in self._containers)
 
     def _verify_sandbox(self, sandbox: Sandbox, pod: Pod) -> None:
         """Check the shape against the sandbox before the pod is admitted (never later: an in-place resize
@@ -324,6 +343,7 @@ class Placement:
         """Forget a container; its pod's allocations stay until the pod goes."""
         self._containers.pop(container_id, None)
         self.applied.pop(container_id, None)
+        self._unsent.discard(container_id)
 
     def remove_sandbox(self, sandbox_id: str) -> None:
         """Release a pod's allocations: its sandbox stopped or is gone."""
@@ -407,6 +427,7 @@ class Placement:
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
         self._flushed_pool = shared.cpus
+        self._unsent.clear()
         updates = {cid: s for cid, s in self.applied.items() if _differs(observed[cid], s)}
         return updates, list(refused.items())
 
@@ -419,17 +440,28 @@ class Placement:
         return self._settings(tracked, self._node_shared())
 
     def pending_updates(self) -> dict[str, Settings]:
-        """Containers whose desired settings differ from the last applied; marks them applied. Never the
-        container `create` just placed: it is applied already."""
+        """Containers whose desired settings differ from the last applied, or whose update was deferred;
+        marks them applied. Never the container `create` just placed: it is applied already."""
+        return self._hand_out(None)
+
+    def _hand_out(self, undo: _Undo | None) -> dict[str, Settings]:
+        """`pending_updates`, keeping in `undo` what each marked container held before."""
         shared = self._node_shared()
         if shared.cpus == self._flushed_pool:
-            return {}
+            if not self._unsent:
+                return {}
+            candidates: Iterable[str] = self._unsent
+        else:
+            candidates = self._containers
         changed: dict[str, Settings] = {}
-        for container_id, tracked in self._containers.items():
-            settings = self._settings(tracked, shared)
-            if self.applied.get(container_id) != settings:
+        for container_id in candidates:
+            settings = self._settings(self._containers[container_id], shared)
+            if container_id in self._unsent or self.applied.get(container_id) != settings:
                 changed[container_id] = settings
+                if undo is not None:
+                    undo.keep(self.applied, container_id)
                 self.applied[container_id] = settings
+        self._unsent.clear()
         self._flushed_pool = shared.cpus
         return changed
 
@@ -503,6 +535,45 @@ class Placement:
 
 
 _CONFINEMENTS = ("its CPUs", "its NUMA nodes", "anywhere")
+
+_ABSENT = object()
+"""A table entry that was not there."""
+
+
+class _Undo:
+    """What one `Placement.create` changed, to put back when its answer cannot be sent: the node state, the
+    entries it set (the sandbox's, the container's, the containers checked in the sandbox, and `applied` of
+    each container it handed an update out for), the pod it admitted, and the pending-update bookkeeping."""
+
+    def __init__(self, placement: Placement, sandbox_id: str, container_id: str) -> None:
+        self._state = placement.state
+        self._pods = len(placement._pods)
+        self._flushed_pool = placement._flushed_pool
+        self._unsent = set(placement._unsent)
+        self._entries: list[tuple[dict[str, Any], str, object]] = []
+        by_sandbox = (placement.sandboxes, placement._sandbox_pods, placement._refused, placement.pod_cgroups)
+        for table in by_sandbox:
+            self.keep(table, sandbox_id)
+        self.keep(placement._containers, container_id)
+        self.keep(placement.applied, container_id)
+        checked = placement._checked.get(sandbox_id)  # a set `create` adds to: kept as a copy
+        self._entries.append((placement._checked, sandbox_id, _ABSENT if checked is None else set(checked)))
+
+    def keep(self, table: dict[str, Any], key: str) -> None:
+        """Remember `table[key]` as it is now (or its absence)."""
+        self._entries.append((table, key, table.get(key, _ABSENT)))
+
+    def run(self, placement: Placement) -> None:
+        placement.state = self._state
+        for table, key, value in reversed(self._entries):
+            if value is _ABSENT:
+                table.pop(key, None)
+            else:
+                table[key] = value
+        while len(placement._pods) > self._pods:  # an admission adds its pod last
+            placement._pods.popitem()
+        placement._flushed_pool = self._flushed_pool
+        placement._unsent = self._unsent
 
 
 def _recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:

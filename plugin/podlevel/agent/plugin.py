@@ -4,6 +4,11 @@ Every CreateContainer waits on this code, so it does the engine work once and an
 containers ride on the answers of the events that can carry them (CreateContainer, UpdateContainer,
 StopContainer, Synchronize), never through a separate UpdateContainers call from inside a handler.
 
+No decision stands unless the answer that applies it can be sent. An answer holds as many updates as fit
+under the runtime's message limit (`MAX_REPLY_BYTES`, measured encoded); the rest stay pending in
+`Placement` and ride on the next answers. A container's own adjustment goes first; should even it not fit,
+its pod's admission is rolled back and the event fails with ResourceExhausted.
+
 What is decided is on disk before it is applied: an event that changed the node's allocations writes the
 checkpoint (one atomic write for the event) before its answer leaves, so a plugin killed at any moment
 restarts from a state at least as new as what the runtime enforces. A failed write is logged and retried at
@@ -31,7 +36,18 @@ from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import quote, shown
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import Scope
-from podlevel.nri import Code, CreateResult, Handler, RpcError, RuntimeInfo, UpdateResult, api
+from podlevel.nri import (
+    MAX_REPLY_BYTES,
+    Code,
+    CreateResult,
+    Handler,
+    RpcError,
+    RuntimeInfo,
+    UpdateResult,
+    api,
+    field_size,
+    updates_within,
+)
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
@@ -234,7 +250,7 @@ class PodLevelPlugin(Handler):
         log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed),
                  pods=len(pods), containers=len(current), updates=len(changed))
         self._commit(force=True)
-        return updates_of(changed)
+        return self._fit(changed, MAX_REPLY_BYTES)
 
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         sandbox = sandbox_of(pod)
@@ -257,6 +273,13 @@ class PodLevelPlugin(Handler):
             self.observer.refused(False, err)
             self._refused(pod, str(err))
             raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        adjust = api.ContainerAdjustment()
+        adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
+        room = MAX_REPLY_BYTES - field_size(adjust)
+        if room < 0:
+            self.placement.rollback_create()
+            raise RpcError(Code.RESOURCE_EXHAUSTED, f"the adjustment of {name} takes "
+                           f"{field_size(adjust)} bytes, over the {MAX_REPLY_BYTES}-byte answer limit")
         uid = self.placement.pod_uid(sandbox.id)
         if self.placement.state is not before and uid is not None:
             # Only an admission changes the node state here: this container's pod was just admitted.
@@ -264,9 +287,8 @@ class PodLevelPlugin(Handler):
             self.observer.admitted(now, self.placement.engine.decision(now, uid))
         self._cgroups_paths[container.id] = container.linux.cgroups_path
         self._refusals.pop(pod.id, None)
+        updates = self._fit(changed, room)
         self._commit()
-        adjust = api.ContainerAdjustment()
-        adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
         if log.isEnabledFor(logging.INFO):
             quota = _quota_text(settings.cpu_quota_us)
             log.info(
@@ -276,7 +298,22 @@ class PodLevelPlugin(Handler):
                 mems=settings.mems_text, quota=quota,
             )
         _log_moved(changed)
-        return CreateResult(adjust=adjust, updates=updates_of(changed))
+        return CreateResult(adjust=adjust, updates=updates)
+
+    def _fit(self, changed: dict[str, Settings], room: int) -> list[api.ContainerUpdate]:
+        """The updates of `changed` that fit in `room` bytes of an answer. The others are deferred to the
+        next answers and dropped from `changed`, which then holds what the answer carries."""
+        updates = updates_of(changed)
+        fitting = updates_within(updates, room)
+        if fitting < len(updates):
+            deferred = [update.container_id for update in updates[fitting:]]
+            for container_id in deferred:
+                del changed[container_id]
+            self.placement.defer(deferred)
+            log.warning("answer carries %d of %d container updates (runtime message limit); %d wait for the "
+                        "next answers", fitting, len(updates), len(deferred), carried=fitting,
+                        deferred=len(deferred))
+        return updates[:fitting]
 
     def _pod_level(self, sandbox: Sandbox) -> bool:
         """Whether the sandbox's pod takes the pod-level path (a budget under pod scope)."""
@@ -294,20 +331,20 @@ class PodLevelPlugin(Handler):
         changed = self.placement.pending_updates()
         # The container's own new settings, if the pool moved, go into its update below, not a second one.
         changed.pop(container.id, None)
-        updates = updates_of(changed)
-        self._commit()
         settings = self.placement.applied.get(container.id)
+        own = None
         if settings is not None:
             own = api.ContainerUpdate(container_id=container.id)
             own.linux.resources.CopyFrom(resources)
             own.linux.resources.cpu.MergeFrom(linux_cpu(settings))
-            updates.append(own)
-        return UpdateResult(updates=updates)
+        updates = self._fit(changed, MAX_REPLY_BYTES - (field_size(own) if own is not None else 0))
+        self._commit()
+        return UpdateResult(updates=[*updates, own] if own is not None else updates)
 
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:
-        changed = self.placement.pending_updates()
+        updates = self._fit(self.placement.pending_updates(), MAX_REPLY_BYTES)
         self._commit()
-        return updates_of(changed)
+        return updates
 
     def _refused(self, pod: api.PodSandbox, reason: str) -> None:
         self._refusals[pod.id] = reason

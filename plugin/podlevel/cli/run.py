@@ -170,6 +170,13 @@ def _recorded(state: StateDir, engine: Engine) -> CPUState | None:
     return recorded_cpus(loaded.content)
 
 
+def restrict_umask() -> None:
+    """Make nothing the agent creates writable by group or others, whatever umask it inherited (a launched
+    plugin inherits the runtime's): the explicit modes (the 0700 state dir, 0600 checkpoints and socket) stay,
+    and directories made on the way to them get at most 0755."""
+    os.umask(os.umask(0o022) | 0o022)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         args = resolve(args.argv, os.environ)
@@ -177,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"nri-podlevel run: bad configuration: {err}", file=sys.stderr)
         return 2
     configure_logging(args.log_level, args.log_format)
+    restrict_umask()
     # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives.
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
     for notice in args.notices:

@@ -5,7 +5,15 @@ the wire layer's own types, offered here so that a plugin needs nothing below th
 """
 
 from podlevel._proto.nri import api_pb2 as api
-from podlevel.nri.handler import CreateResult, Handler, UpdateResult, subscribed_events
+from podlevel.nri.handler import (
+    MAX_REPLY_BYTES,
+    CreateResult,
+    Handler,
+    UpdateResult,
+    field_size,
+    subscribed_events,
+    updates_within,
+)
 from podlevel.nri.identity import InvalidIdentity, PluginIdentity
 from podlevel.nri.runtime import Event, RuntimeInfo
 from podlevel.nri.stub import DEFAULT_SOCKET_PATH, Stub, StubObserver, UpdateFromHandlerError
@@ -14,6 +22,7 @@ from podlevel.ttrpc.transport import RpcError
 
 __all__ = [
     "DEFAULT_SOCKET_PATH",
+    "MAX_REPLY_BYTES",
     "Code",
     "CreateResult",
     "Event",
@@ -27,5 +36,7 @@ __all__ = [
     "UpdateFromHandlerError",
     "UpdateResult",
     "api",
+    "field_size",
     "subscribed_events",
+    "updates_within",
 ]

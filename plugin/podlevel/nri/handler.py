@@ -10,9 +10,14 @@ Arguments are the generated protobuf messages (`podlevel.nri.api`): `api.PodSand
 - `adjust` changes the container being created;
 - `updates` change resources of *other* existing containers (never the one being created);
 - `evictions` ask the runtime to evict containers.
+An answer is one ttrpc message and the runtime takes none over 4 MiB; a handler that may return many
+updates fits them with `updates_within(updates, MAX_REPLY_BYTES - field_size(rest))` and keeps the others
+for a later answer (a reply the transport cannot send fails the event with ResourceExhausted).
 Raising fails the event: for CreateContainer, RunPodSandbox, StartContainer and UpdateContainer the runtime
 fails the CRI operation with the message; for the others it only logs it. Raise
-`podlevel.nri.RpcError` with a `podlevel.nri.Code` to choose the status code (default Unknown).
+`podlevel.nri.RpcError` with a `podlevel.nri.Code` to choose the status code; any other exception, or a
+result that makes no valid reply, answers Internal naming it. Either way only that event fails: the
+connection stays.
 """
 
 from __future__ import annotations
@@ -25,10 +30,30 @@ from google.protobuf.message import Message
 
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.runtime import Event, RuntimeInfo, mask_of
+from podlevel.ttrpc.codec import MAX_RESPONSE_PAYLOAD
 
 T = TypeVar("T")
 MaybeAwaitable: TypeAlias = T | Awaitable[T]
 Updates: TypeAlias = Sequence[api.ContainerUpdate]
+
+MAX_REPLY_BYTES: Final = MAX_RESPONSE_PAYLOAD
+"""The most an event's reply message may take, encoded."""
+
+
+def field_size(message: Message) -> int:
+    """Bytes `message` takes as a field of a reply (field numbers below 16): tag, length, body."""
+    size = message.ByteSize()
+    return 1 + max(1, (size.bit_length() + 6) // 7) + size
+
+
+def updates_within(updates: Updates, budget: int) -> int:
+    """How many of `updates`, from the first, fit in `budget` bytes of a reply's repeated update field."""
+    used = 0
+    for count, update in enumerate(updates):
+        used += field_size(update)
+        if used > budget:
+            return count
+    return len(updates)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@ Invariants kept here:
   Timing here, where every handler is called, rather than in the handler measures what the runtime's
   request timeout measures (the wait for earlier handlers included) and takes no code in each handler.
 - While a handler runs, `running_handler()` names it, so the stub can refuse UpdateContainers from it.
+- A Synchronize collects at most `MAX_SYNC_OBJECTS` pods and containers and `MAX_SYNC_BYTES` over its
+  chunks; past either it answers ResourceExhausted and closes the connection (the stub redials, and the
+  runtime synchronizes again from scratch).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError, EncodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
 from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable
@@ -40,6 +43,15 @@ log = logging.getLogger("podlevel.nri.stub")
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+
+# What one Synchronize may collect over its `more` chunks: a runtime whose chunks never end must not make
+# the plugin buffer without bound. Far above a real node (a few thousand containers; a runtime chunks near
+# its 4 MiB message limit), far below what would exhaust the plugin's memory.
+MAX_SYNC_OBJECTS: Final = 250_000
+"""Pods and containers together."""
+MAX_SYNC_BYTES: Final = 256 << 20
+"""Request payload bytes; a chunk counts as at least `SYNC_CHUNK_MIN_BYTES`, so empty chunks end too."""
+SYNC_CHUNK_MIN_BYTES: Final = 4 << 10
 
 # containerd's default plugin_request_timeout, used until Configure announces the real one.
 DEFAULT_REQUEST_TIMEOUT: Final = 2.0
@@ -85,6 +97,12 @@ def decode(cls: type[M], payload: bytes) -> M:
         raise RpcError(Code.INVALID_ARGUMENT, f"undecodable {cls.__name__}: {exc}") from exc
 
 
+def unencodable(rpc: str, exc: Exception) -> RpcError:
+    """The status for a handler result that makes no valid reply (a field of the wrong type, text that
+    UTF-8 cannot carry): the handler's fault, not the runtime's."""
+    return RpcError(Code.INTERNAL, f"{rpc}: the handler's answer cannot be encoded: {exc}")
+
+
 def _seconds(timeout: float) -> str:
     # containerd 1.7 sends no timeouts (0): it runs with its defaults, 5 s and 2 s.
     return f"{timeout:.3f} s" if timeout else "none (runtime default)"
@@ -121,6 +139,7 @@ class Session:
         self._on_handled = on_handled
         self._sync_pods: list[api.PodSandbox] = []
         self._sync_containers: list[api.Container] = []
+        self._sync_bytes = 0
 
     def rpc_handlers(self) -> dict[tuple[str, str], RequestHandler]:
         """The plugin service as the transport serves it: every RPC the runtime may call."""
@@ -137,7 +156,11 @@ class Session:
     def _request_handler(self, method: _Method) -> RequestHandler:
         async def handle(request: Request) -> bytes:
             _arrival.set(self._clock())
-            return (await method(request.payload)).SerializeToString()
+            reply = await method(request.payload)
+            try:
+                return reply.SerializeToString()
+            except (EncodeError, TypeError, ValueError) as exc:
+                raise unencodable(request.method, exc) from exc
 
         return handle
 
@@ -209,10 +232,19 @@ class Session:
         request = decode(api.SynchronizeRequest, payload)
         self._sync_pods.extend(request.pods)
         self._sync_containers.extend(request.containers)
+        self._sync_bytes += max(len(payload), SYNC_CHUNK_MIN_BYTES)
+        pods, containers = self._sync_pods, self._sync_containers
+        if len(pods) + len(containers) > MAX_SYNC_OBJECTS or self._sync_bytes > MAX_SYNC_BYTES:
+            self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
+            raise RpcError(
+                Code.RESOURCE_EXHAUSTED,
+                f"Synchronize chunks hold over {MAX_SYNC_OBJECTS} pods and containers or {MAX_SYNC_BYTES} "
+                f"bytes ({len(pods)} pods, {len(containers)} containers so far); closing to start over",
+                close_connection=True,
+            )
         if request.more:
             return api.SynchronizeResponse(more=True)
-        pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
         updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
         self.synchronized = True
         runtime = self.runtime
@@ -249,7 +281,12 @@ class Session:
 
         async def handle(payload: bytes) -> Message:
             result = await self._call(route, decode(route.request, payload))
-            return route.reply(result) if route.reply is not None else api.Empty()
+            if route.reply is None:
+                return api.Empty()
+            try:
+                return route.reply(result)
+            except (EncodeError, TypeError, ValueError) as exc:
+                raise unencodable(route.rpc, exc) from exc
 
         return handle
 

@@ -112,7 +112,9 @@ def _commit(staged: list[tuple[Path, Path]], directory: Path) -> None:
 
 
 class StateDir:
-    """The plugin's `--state-dir`: created 0700 when missing; a symlink or non-directory is refused."""
+    """The plugin's `--state-dir`: created 0700 when missing; a symlink or non-directory is refused, and an
+    existing directory that group or others may write is narrowed to 0700 (whoever can replace a checkpoint
+    decides which CPUs pods get after a restart). Checkpoints are 0600 from creation (`tempfile.mkstemp`)."""
 
     def __init__(
         self,
@@ -138,6 +140,14 @@ class StateDir:
             raise StateDirError(f"state dir {path} is a symlink; refusing to follow it")
         if not stat.S_ISDIR(mode):
             raise StateDirError(f"state dir {path} is not a directory")
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            try:
+                os.chmod(path, 0o700)
+            except OSError as err:
+                raise StateDirError(f"state dir {path}: writable by others (mode {stat.S_IMODE(mode):o}) "
+                                    f"and cannot be narrowed: {err.strerror}") from None
+            log.warning("state dir %s was writable by others (mode %o); narrowed to 700", path,
+                        stat.S_IMODE(mode))
 
     @property
     def cpu_file(self) -> Path:

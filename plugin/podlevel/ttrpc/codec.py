@@ -35,6 +35,10 @@ MESSAGE_HEADER_SIZE: Final = 10
 # v1.2.6 refuses to send one; a peer must never be sent more.
 MAX_OUTBOUND_MESSAGE: Final = 4 << 20
 
+# The largest reply payload an OK response can carry: the ttrpc.Response around it takes the explicit OK
+# status (2 bytes) and the payload field's tag and length (at most 1 + 5).
+MAX_RESPONSE_PAYLOAD: Final = MAX_OUTBOUND_MESSAGE - 8
+
 # ttrpc < v1.2.6 (containerd <= 1.7.25) sends messages over 4 MiB, e.g. one big Synchronize before NRI
 # had chunking; accept them, bounded so that a broken length field cannot make us buffer without limit.
 MAX_INBOUND_MESSAGE: Final = 64 << 20

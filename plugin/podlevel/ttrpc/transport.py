@@ -6,12 +6,16 @@ order and may call us while waiting for our own call (NRI's Configure arrives be
 reply); responses complete the matching `call`.
 
 Invariants kept here:
-- Nothing raises out of the event loop: a ProtocolError, an I/O error, even a bug in a handler ends in
-  `close(reason)` with the reason logged, or in an error status sent to the peer.
+- Nothing raises out of the event loop: a ProtocolError or an I/O error ends in `close(reason)` with the
+  reason logged; whatever goes wrong while serving one request (the handler raises, its reply cannot be
+  encoded or is too large) ends in an error status for that request, and the connection stays: one bad
+  request must not fail every other call in flight.
 - Once closed, a transport stays closed: pending and later calls fail with RpcError(UNAVAILABLE), and
   `wait_closed()` returns the reason. Reconnecting means building a new transport.
 - An unknown service or method is answered with status Unimplemented (12), a handler's RpcError with its
-  code, any other handler exception with Unknown (2), an oversized reply with ResourceExhausted (8).
+  code, any other handler exception or an unencodable reply with Internal (13), an oversized reply with
+  ResourceExhausted (8). Status messages are printable and at most `MAX_STATUS_MESSAGE` characters: the
+  runtime logs them verbatim, and text from the peer (a pod's name) may hold anything.
 """
 
 from __future__ import annotations
@@ -36,17 +40,35 @@ READ_CHUNK: Final = 256 << 10
 # outbound size limit.
 MAX_STATUS_MESSAGE: Final = 16 << 10
 
+
+def status_message(text: str) -> str:
+    """`text` as a status message: non-printable characters (lone surrogates, which UTF-8 cannot carry,
+    control characters) escaped, and cut to `MAX_STATUS_MESSAGE` characters with the cut said."""
+    head = text[: MAX_STATUS_MESSAGE + 1]
+    if not head.isprintable():
+        head = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in head)
+    if len(head) <= MAX_STATUS_MESSAGE:
+        return head
+    cut = f" ... ({len(text)} characters in all)"
+    return head[: MAX_STATUS_MESSAGE - len(cut)] + cut
+
+
 RequestHandler = Callable[[Request], Awaitable[bytes]]
 """Serves one request: returns the serialized reply message, or raises RpcError to answer with a status."""
 
 
 class RpcError(Exception):
-    """A call that did not succeed: the peer's (or this side's) status code and message."""
+    """A call that did not succeed: the peer's (or this side's) status code and message.
 
-    def __init__(self, code: int, message: str) -> None:
+    Raised by a handler with `close_connection`, the status is sent and the connection then closed: for a
+    peer whose conversation cannot go on (it sent more than this side will hold).
+    """
+
+    def __init__(self, code: int, message: str, *, close_connection: bool = False) -> None:
         super().__init__(f"{code_name(code)}: {message}")
         self.code = code
         self.message = message
+        self.close_connection = close_connection
 
 
 class Transport:
@@ -218,17 +240,24 @@ class Transport:
         future.set_result(response)
 
     async def _serve(self, request: Request) -> None:
-        response = await self._run_handler(request)
+        response, close_reason = await self._run_handler(request)
         try:
             data = self._conn.encode(response)
         except MessageTooLarge as exc:
             log.error("%s: %s/%s reply not sent: %s", self.name, request.service, request.method, exc)
-            data = self._conn.encode(
-                Response(request.stream_id, code=Code.RESOURCE_EXHAUSTED, message=f"reply: {exc}")
-            )
+            data = self._error(request, Code.RESOURCE_EXHAUSTED, f"reply: {exc}")
+        except Exception as exc:  # whatever the reply holds, the request gets a status
+            log.error("%s: %s/%s reply not encodable: %s", self.name, request.service, request.method, exc)
+            data = self._error(request, Code.INTERNAL, f"{request.method}: reply not encodable: {exc}")
         await self._send(data)
+        if close_reason is not None:
+            self.close(close_reason, error=True)
 
-    async def _run_handler(self, request: Request) -> Response:
+    def _error(self, request: Request, code: Code, message: str) -> bytes:
+        return self._conn.encode(Response(request.stream_id, code=code, message=status_message(message)))
+
+    async def _run_handler(self, request: Request) -> tuple[Response, str | None]:
+        """The response to `request`, and why to close the connection once it is sent (None: keep it)."""
         handler = self._handlers.get((request.service, request.method))
         if handler is None:
             what = (
@@ -237,16 +266,19 @@ class Transport:
                 else f"service {request.service}"
             )
             log.debug("%s: answering Unimplemented for %s", self.name, what)
-            return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=f"{what} is not implemented")
+            unimplemented = f"{what} is not implemented"
+            return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=unimplemented), None
         try:
             payload = await handler(request)
         except RpcError as exc:
-            return Response(request.stream_id, code=exc.code, message=exc.message[:MAX_STATUS_MESSAGE])
-        except Exception as exc:
+            message = status_message(exc.message)
+            close = f"{request.method}: {code_name(exc.code)}: {message}" if exc.close_connection else None
+            return Response(request.stream_id, code=exc.code, message=message), close
+        except Exception as exc:  # a handler's bug fails its request, not the connection
             log.exception("%s: handler for %s/%s failed", self.name, request.service, request.method)
-            message = f"{request.method}: {exc!r}"[:MAX_STATUS_MESSAGE]
-            return Response(request.stream_id, code=Code.UNKNOWN, message=message)
-        return Response(request.stream_id, payload=payload)
+            message = f"{request.method}: internal error: {type(exc).__name__}: {exc}"
+            return Response(request.stream_id, code=Code.INTERNAL, message=status_message(message)), None
+        return Response(request.stream_id, payload=payload), None
 
     async def _send(self, data: bytes) -> None:
         if self.close_reason is not None:

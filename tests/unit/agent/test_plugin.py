@@ -15,7 +15,7 @@ from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
-from podlevel.nri import Code, RpcError, api
+from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
@@ -293,3 +293,99 @@ def test_a_pod_without_a_bubble_gets_its_parent_cpuset_back(tmp_path: Path) -> N
     assert cgroups.failed == {}
     assert (pod_dir / "cpuset.cpus").read_text().strip() == "0-15"
     assert (pod_dir / "cpuset.mems").read_text().strip() == "0-1"
+
+
+# -- answers under the runtime's message limit ---------------------------------------------------------------
+
+
+def shared_node(plugin: PodLevelPlugin, count: int) -> list[api.Container]:
+    """`count` running node-shared containers with long ids, as a Synchronize reports them."""
+    pods = [sandbox(None, f"web{i}") for i in range(count)]
+    running = [
+        api.Container(id=f"{i:064x}", pod_sandbox_id=pod.id, name="server", state=api.CONTAINER_RUNNING)
+        for i, pod in enumerate(pods)
+    ]
+    for ctr in running:
+        ctr.linux.resources.cpu.cpus = "0-15"
+    assert plugin.synchronize(pods, running) == []
+    return running
+
+
+def test_updates_over_the_message_limit_ride_on_the_next_answers(plugin: PodLevelPlugin) -> None:
+    """A bubble on a node with 50,000 node-shared containers: each answer stays under 4 MiB, the updates
+    that do not fit wait and the next answers carry them, every container exactly once."""
+    running = shared_node(plugin, 50_000)
+    fast = sandbox(fast_path())
+    created = plugin.create_container(fast, container(fast, "app"))
+    reply = api.CreateContainerResponse(adjust=created.adjust, update=created.updates)
+    assert MAX_REPLY_BYTES - 200 < reply.ByteSize() <= MAX_REPLY_BYTES
+    assert 0 < len(created.updates) < len(running)
+    # The bubble stands: what was answered applies it, and what was not is still due.
+    pool = str(plugin.placement.engine.node_shared_pool(plugin.placement.state))
+    later = drain(plugin)
+    moved = [u.container_id for u in [*created.updates, *later]]
+    assert sorted(moved) == sorted(c.id for c in running)
+    assert {u.linux.resources.cpu.cpus for u in [*created.updates, *later]} == {pool}
+
+
+def test_an_update_answer_keeps_room_for_the_containers_own_update(
+    plugin: PodLevelPlugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = shared_node(plugin, 40)
+    fast = sandbox(fast_path())
+    monkeypatch.setattr("podlevel.agent.plugin.MAX_REPLY_BYTES", 1000)
+    created = plugin.create_container(fast, container(fast, "app"))
+    assert 0 < len(created.updates) < 40
+    result = plugin.update_container(sandbox(None, "web39"), running[39], api.LinuxResources())
+    assert api.UpdateContainerResponse(update=result.updates).ByteSize() <= 1000
+    assert result.updates[-1].container_id == running[39].id
+    sent = [u.container_id for u in [*created.updates, *result.updates, *drain(plugin)]]
+    assert sorted(sent) == sorted(c.id for c in running)
+
+
+def drain(plugin: PodLevelPlugin) -> list[api.ContainerUpdate]:
+    """What the next StopContainer answers carry, until one carries nothing."""
+    updates: list[api.ContainerUpdate] = []
+    while more := plugin.stop_container(sandbox(None, "any"), api.Container(id="gone")):
+        updates.extend(more)
+    return updates
+
+
+def test_an_adjustment_that_cannot_be_sent_rolls_the_admission_back(
+    plugin: PodLevelPlugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared_node(plugin, 3)
+    before = plugin.placement.view()
+    fast = sandbox(fast_path())
+    monkeypatch.setattr("podlevel.agent.plugin.MAX_REPLY_BYTES", 8)
+    with pytest.raises(RpcError) as raised:
+        plugin.create_container(fast, container(fast, "app"))
+    assert raised.value.code == Code.RESOURCE_EXHAUSTED
+    assert "over the 8-byte answer limit" in raised.value.message
+    after = plugin.placement.view()
+    assert after == before
+    assert plugin.placement.pod_cgroups == {}
+    monkeypatch.undo()
+    # Nothing was reserved, and nobody is told to move: the retry decides anew, its claim checked again.
+    assert drain(plugin) == []
+    untruthful = container(fast, "app")
+    untruthful.linux.resources.cpu.shares.value = 2
+    with pytest.raises(RpcError) as refused:
+        plugin.create_container(fast, untruthful)
+    assert refused.value.code == Code.INVALID_ARGUMENT
+    retried = plugin.create_container(fast, container(fast, "app"))
+    assert len(retried.updates) == 3
+
+
+def test_a_synchronize_answer_over_the_limit_defers_the_rest(
+    plugin: PodLevelPlugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = [sandbox(None, f"web{i}") for i in range(30)]
+    running = [container(pod, "server") for pod in pods]
+    for ctr in running:
+        ctr.linux.resources.cpu.cpus = "3"
+    monkeypatch.setattr("podlevel.agent.plugin.MAX_REPLY_BYTES", 500)
+    first = plugin.synchronize(pods, running)
+    assert 0 < len(first) < 30
+    assert api.SynchronizeResponse(update=first).ByteSize() <= 500
+    assert sorted(u.container_id for u in [*first, *drain(plugin)]) == sorted(c.id for c in running)

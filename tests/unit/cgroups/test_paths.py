@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podlevel.cgroups.paths import (
     Driver,
@@ -304,3 +307,38 @@ def test_a_pod_cgroup_is_found_by_its_uid_alone(tmp_path: Path) -> None:
     (v2 / SYSTEMD_POD).mkdir(parents=True)
     systemd = find_pod_cgroup(UID, v2)
     assert systemd is not None and systemd.cpuset_dir == v2 / SYSTEMD_POD
+
+
+# Path pieces a runtime (or a pod that names its own cgroup parent) could send, and a symlink out of the tree.
+PIECES = ["", ".", "..", "kubepods", f"pod{UID}", "escape", "escape/..", "a\x00b", "a\nb", "\x1b", "~", " "]
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    st.lists(st.sampled_from(PIECES), max_size=6).map("/".join),
+    st.sampled_from(["", "/", f"kubepods-burstable-pod{UID_}.slice:cri-containerd:"]),
+)
+def test_every_cgroup_path_from_runtime_data_stays_under_its_root(
+    tmp_path_factory: pytest.TempPathFactory, path: str, prefix: str
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("root")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for root in (v1_root(tmp_path), v2_root(tmp_path)):
+        bases = [root / "cpuset", root / "cpu,cpuacct"] if (root / "cpuset").is_dir() else [root]
+        for base in bases:
+            (base / "kubepods" / f"pod{UID}").mkdir(parents=True)
+            (base / "kubepods" / f"pod{UID}" / "escape").symlink_to(outside)
+        value = prefix + path
+        located = []
+        with contextlib.suppress(UnsafeCgroupPath):
+            found = locate_cgroup(value, root)
+            located += [found.cpuset_dir, found.cpu_dir]
+        with contextlib.suppress(UnsafeCgroupPath):
+            pod = locate_pod_cgroup(pod_uid=UID, cgroup_parent=value, cgroup_root=root)
+            located += [pod.cpuset_dir, pod.cpu_dir]
+            with contextlib.suppress(UnsafeCgroupPath):
+                located.append(pod.container_cpuset_dir(value + "/ctr"))
+        for directory in located:
+            assert any(base.resolve() in directory.parents for base in bases), (value, directory)
+            assert outside not in directory.parents and directory != outside

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from podlevel.cli.run import resolve
+from podlevel.cli.run import resolve, restrict_umask
 from podlevel.engine.errors import InputError
 
 
@@ -168,3 +169,13 @@ def test_bad_podresources_socket_exits_2(tmp_path: Path, flags: list[str], messa
     assert f"bad configuration: {message.replace('{tmp}', str(tmp_path))}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "pr.sock").exists()
+
+
+@pytest.mark.parametrize(("inherited", "kept"), [(0o000, 0o022), (0o002, 0o022), (0o077, 0o077)])
+def test_the_agent_never_creates_what_group_or_others_may_write(inherited: int, kept: int) -> None:
+    before = os.umask(inherited)
+    try:
+        restrict_umask()
+        assert os.umask(before) == kept
+    finally:
+        os.umask(before)

@@ -447,7 +447,43 @@ def test_handler_errors_become_error_statuses(tmp_path: Path) -> None:
             crashed = await side.call_raw(
                 "CreateContainer", api.CreateContainerRequest(container=api.Container(name="x"))
             )
-            assert (crashed.code, crashed.message) == (Code.UNKNOWN, "CreateContainer: KeyError('x')")
+            assert (crashed.code, crashed.message) == (
+                Code.INTERNAL,
+                "CreateContainer: internal error: KeyError: 'x'",
+            )
+
+    run(main())
+
+
+def test_unencodable_answers_and_hostile_names_fail_only_their_event(tmp_path: Path) -> None:
+    class Broken(Handler):
+        def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
+            if container.name == "bad-answer":
+                return CreateResult(updates=["not an update"])  # type: ignore[list-item]
+            if container.name == "hostile":
+                raise RpcError(Code.INVALID_ARGUMENT, "container name 'a\ud800' is not UTF-8")
+            return CreateResult()
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path), serving(stub_for(Broken(), path)):
+            side = await runtime.accept()
+            await side.handshake()
+
+            async def create(name: str) -> Any:
+                request = api.CreateContainerRequest(container=api.Container(name=name))
+                return await side.call_raw("CreateContainer", request)
+
+            bad = await create("bad-answer")
+            assert bad.code == Code.INTERNAL
+            assert bad.message.startswith("CreateContainer: the handler's answer cannot be encoded: ")
+            hostile = await create("hostile")
+            assert (hostile.code, hostile.message) == (
+                Code.INVALID_ARGUMENT,
+                "container name 'a\\ud800' is not UTF-8",
+            )
+            # The same connection serves the next event.
+            assert (await create("good")).code == Code.OK
+            assert runtime.accepted() == 1
 
     run(main())
 
@@ -851,3 +887,27 @@ def test_runtime_without_announced_timeouts(tmp_path: Path, caplog: pytest.LogCa
     (warning,) = slow_handler_warnings(caplog)
     assert "took 1.100 s" in warning
     assert "over half the runtime's 2.000 s request timeout" in warning
+
+
+def test_a_synchronize_that_never_ends_is_cut_off_and_redialled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("podlevel.nri.session.MAX_SYNC_OBJECTS", 10)
+    handler = Recorder()
+
+    async def main() -> None:
+        async with runtime_at(tmp_path) as (runtime, path), serving(stub_for(handler, path)):
+            side = await runtime.accept()
+            await side.expect("RegisterPlugin")
+            await side.configure()
+            endless = api.SynchronizeRequest(containers=[CTR] * 4, more=True)
+            replies = [await side.call_raw("Synchronize", endless) for _ in range(3)]
+            assert [r.code for r in replies] == [Code.OK, Code.OK, Code.RESOURCE_EXHAUSTED]
+            assert "over 10 pods and containers" in replies[-1].message
+            await side.peer.wait_eof()
+            # The stub redials and synchronizes anew; nothing of the cut-off chunks reached the handler.
+            again = await runtime.accept()
+            await again.handshake()
+            assert [c for c in handler.calls if c[0] == "synchronize"] == [("synchronize", [], [])]
+
+    run(main())

@@ -32,6 +32,27 @@ def test_state_dir_is_created_0700(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.stat(tmp_path / "a" / "state").st_mode) == 0o700
 
 
+def test_checkpoints_are_0600_from_creation_and_an_open_state_dir_is_narrowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o777)
+    modes: list[int] = []
+    real_write = os.write
+
+    def observing_write(fd: int, data: bytes | memoryview) -> int:
+        modes.append(stat.S_IMODE(os.fstat(fd).st_mode))  # the temporary file, before it holds anything
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", observing_write)
+    written = _state_dir(state)
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o700
+    written.write(CPU, None)
+    assert modes and set(modes) == {0o600}
+    assert stat.S_IMODE(os.stat(written.cpu_file).st_mode) == 0o600
+
+
 def test_symlinked_or_non_directory_state_dir_is_refused(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")

@@ -13,7 +13,7 @@ import pytest
 
 from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response, Role
 from podlevel.ttrpc.mux import encode_frame
-from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
+from podlevel.ttrpc.transport import MAX_STATUS_MESSAGE, RequestHandler, RpcError, Transport
 from support.ttrpc_peer import TIMEOUT, Peer, wait_until
 
 PLUGIN = "test.Plugin"
@@ -131,7 +131,18 @@ def raising(exc: Exception) -> RequestHandler:
     ("exc", "code", "text"),
     [
         pytest.param(RpcError(Code.FAILED_PRECONDITION, "no room"), 9, "no room", id="rpc-error"),
-        pytest.param(ValueError("bad value"), 2, "M: ValueError('bad value')", id="plain-exception"),
+        pytest.param(
+            ValueError("bad value"), 13, "M: internal error: ValueError: bad value", id="plain-exception"
+        ),
+        pytest.param(
+            RpcError(Code.INVALID_ARGUMENT, "name 'a\ud800\x07'"), 3, "name 'a\\ud800\\x07'", id="unprintable"
+        ),
+        pytest.param(
+            RpcError(Code.INVALID_ARGUMENT, "x" * (MAX_STATUS_MESSAGE + 1)),
+            3,
+            "x" * (MAX_STATUS_MESSAGE - 30) + " ... (16385 characters in all)",
+            id="too-long",
+        ),
     ],
 )
 def test_handler_errors_become_statuses(exc: Exception, code: int, text: str) -> None:
@@ -328,15 +339,18 @@ def test_unknown_conn_frames_are_ignored() -> None:
     run(main())
 
 
-def test_handler_bug_in_send_path_closes_instead_of_escaping(caplog: pytest.LogCaptureFixture) -> None:
+def test_unencodable_reply_answers_internal_and_keeps_the_connection() -> None:
     async def main() -> None:
         async def not_bytes(request: Request) -> bytes:
             return "text"  # type: ignore[return-value]
 
-        peer, transport = await peer_and_transport({(PLUGIN, "M"): not_bytes})
-        await peer.send_raw(peer.conn.encode(Request(1, PLUGIN, "M", b"")))
-        reason = await transport.wait_closed()
-        assert reason.startswith("internal error:")
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): not_bytes, (PLUGIN, "Echo"): echo(b"")})
+        response = await peer.call(PLUGIN, "M", b"")
+        assert response.code == Code.INTERNAL
+        assert response.message.startswith("M: reply not encodable: ")
+        assert (await peer.call(PLUGIN, "Echo", b"still here")).payload == b"still here"
+        assert not transport.closed
+        transport.close("done")
         peer.close()
 
     run(main())
