@@ -8,7 +8,7 @@ conflict to show that check can fail.
 
 The Go plugin (tests/integration/goplugin) is built by hack/build-go-nri-plugin from Debian's containerd/nri
 sources. The first run downloads about 80 MB (Go and the libraries) and compiles for about a minute; later
-runs reuse the binary while it is newer than main.go.
+runs reuse the binary while it is newer than its sources.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@
 // sets. -cpus makes it pin containers too, which collides with nri-podlevel on purpose: the runtime
 // rejects a container when two plugins adjust the same field, and a test needs to see that happen.
 //
+// With -noop EVENTS it is instead a plugin that changes nothing, subscribed to EVENTS (names as NRI's
+// ParseEventMask takes them, "CreateContainer,StopContainer"), writes no events file and exits 0 when
+// the runtime closes the connection: the baseline hack/bench compares nri-podlevel with.
+//
 // Exit status: 0 after SIGTERM/SIGINT, 1 when the runtime closes the connection or it cannot connect,
 // 2 on bad flags. A test can therefore tell "still registered" from "dropped by the runtime".
 package main
@@ -179,15 +183,19 @@ func main() {
 	flag.Var(p.env, "env", "KEY=VALUE environment variable to add to every created container (repeatable)")
 	flag.Var(p.annotations, "annotation", "KEY=VALUE annotation to add to every created container (repeatable)")
 	flag.StringVar(&p.cpus, "cpus", "", "cpuset (Linux list) to pin every created container to")
+	noopEvents := flag.String("noop", "", "change nothing, subscribed to these events; no events file")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(),
-			"usage: %s -events FILE [flags]\nNRI plugin on the upstream Go stub (%s).\n", os.Args[0], nriLibrary)
+			"usage: %s (-events FILE | -noop EVENTS) [flags]\nNRI plugin on the upstream Go stub (%s).\n", os.Args[0], nriLibrary)
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if *events == "" || flag.NArg() > 0 {
+	if flag.NArg() > 0 || (*events == "") == (*noopEvents == "") {
 		flag.Usage()
 		os.Exit(2)
+	}
+	if *noopEvents != "" {
+		runNoop(*noopEvents, *name, *index, *socket)
 	}
 
 	file, err := os.OpenFile(*events, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -223,4 +231,28 @@ func main() {
 		fmt.Fprintf(os.Stderr, "goplugin: %s-%s on %s: %v\n", *index, *name, *socket, err)
 		os.Exit(1)
 	}
+}
+
+// runNoop serves as the no-op plugin until the runtime closes the connection, then exits 0.
+func runNoop(events, name, index, socket string) {
+	mask, err := api.ParseEventMask(events)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goplugin: -noop: %v\n", err)
+		os.Exit(2)
+	}
+	opts := []stub.Option{stub.WithOnClose(func() { os.Exit(0) })}
+	// A plugin the runtime launched takes its name, index and socket from the runtime.
+	if os.Getenv(api.PluginSocketEnvVar) == "" {
+		opts = append(opts, stub.WithPluginName(name), stub.WithPluginIdx(index), stub.WithSocketPath(socket))
+	}
+	s, err := stub.New(&noop{events: mask}, opts...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goplugin: cannot create NRI stub: %v\n", err)
+		os.Exit(2)
+	}
+	if err := s.Run(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "goplugin: %s-%s: %v\n", index, name, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
