@@ -8,24 +8,35 @@ slowest admission, and cycles (one admission + one release) per second. Latencie
 `_cpu_` numbers are the thread's CPU time for the same admissions, which a busy machine's scheduling does
 not inflate.
 
-NRI part (`nri_*` keys): the real plugin (Stub + PodLevelPlugin on an engine of the same node and settings,
-no sysfs) in its own process, launched the way a runtime launches a plugin (one end of a unix socketpair as
-NRI_PLUGIN_SOCKET), and this process playing the runtime on the other end with the ttrpc codec:
-- CreateContainer round trips at the same 500 live pods (560 containers). The fill creates the Burstable pods
-  first, so each later bubble or exclusive container moves all of them: `nri_create_moving_others_*` are
-  those answers (count, updates carried, round trips). Then `--nri-cycles` pods are replaced as in the
-  engine churn, each with StopContainer/RemoveContainer/StopPodSandbox/RemovePodSandbox before its
-  replacement's CreateContainers: `nri_create_container_*` is the runtime's wall clock from request written
-  to answer read (what the plugin adds to every container creation), `nri_create_handler_*` the time
-  inside the plugin's handler.
-- Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable pods) into a freshly
-  started plugin: once with every container already where it belongs (a plugin restart) and once with no
-  cpuset set anywhere (every container updated in the answer); runtime wall clock and handler time.
-- The plugin process's resident memory: VmRSS at steady state after the churn and after the 2,000-container
-  Synchronize, and its peak (ru_maxrss).
+NRI part: nri-podlevel side by side with a no-op Go plugin on the upstream NRI stub (tests/integration/
+goplugin -noop, built from Debian's packages by hack/build-go-nri-plugin), subscribed to the same events.
+Each runs in its own process, launched the way a runtime launches a plugin (one end of a unix socketpair as
+NRI_PLUGIN_SOCKET), and this process plays the runtime on the other ends with the ttrpc codec: every
+request goes to both plugins with identical bytes, a block of pods at a time, the plugin that goes first
+alternating by block. nri-podlevel runs as `nri-podlevel run` does by default where it matters for speed
+(`nri_plugin_setup` says how). Keys `nri_X`, `go_noop_X` and `X_ratio` (nri-podlevel over Go) for:
+- `roundtrip_us_pNN`: CreateContainer, the runtime's wall clock from request written to answer read (what
+  the plugin adds to every container creation), at 500 live pods (560 containers) of the engine part's mix.
+  The fill creates the Burstable pods first, then the CPU-holding ones; then `--nri-cycles` times the oldest
+  pod of the documentation's pod-level shape (a sidecar and an app) is stopped and removed and a new one
+  started. Round trips are from that churn, split into `first_container_roundtrip` (the pod's first
+  CreateContainer: shape parsing and admission) and `later_container_roundtrip`.
+- `moving_others_roundtrip`: the answers of nri-podlevel carrying updates of other containers (each CPU
+  holder created after the 400 Burstable containers moves all of them) against the Go plugin's plain answer
+  to the same requests.
+- `pod_lifecycle_us_pNN`: each plugin's total over every event of one pod it is subscribed to, from its
+  start to its removal, for the pods whose whole lifecycle fell in the churn.
+- `synchronize_2000_ms`: Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable
+  pods) into a freshly launched plugin, every container already where it belongs (a restart); the median
+  of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every container updated:
+  `nri_synchronize_unpinned_*`).
+- `rss_mb_steady`: VmRSS after the churn; `startup_to_registered_ms`: from launch to the end of the
+  handshake (RegisterPlugin, Configure, an empty Synchronize), when the runtime counts the plugin registered.
+The older `nri_create_*` keys are nri-podlevel's churn round trips and its handler's own time,
+`nri_synchronize_*` the Synchronize details and `nri_plugin_*` its memory in KiB.
 
-Usage: hack/bench [--cycles N] [--nri-cycles N] [--profile]   (--profile: a cProfile of the engine churn on
-stderr)
+Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
+[--profile]   (--quick: the same keys with fewer samples; --profile: a cProfile of the engine churn on stderr)
 """
 
 from __future__ import annotations
@@ -34,34 +45,43 @@ import argparse
 import collections
 import contextlib
 import cProfile
+import dataclasses
 import json
-import logging
 import os
 import pstats
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Final, TypeVar
+from typing import IO, Final, NamedTuple, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 
+import prometheus_client
 from google.protobuf.message import Message
 
-from podlevel.agent.placement import Placement, Sandbox, Settings
-from podlevel.agent.plugin import PodLevelPlugin, linux_cpu
+from podlevel.agent.placement import Placement, Settings
+from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
+from podlevel.cli.logs import configure_logging
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
 from podlevel.nri import CreateResult, Stub, api
+from podlevel.nri.handler import subscribed_events
+from podlevel.nri.runtime import Event, describe_mask, events_in
 from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
+from podlevel.report.metrics import PluginMetrics
+from podlevel.state.store import StateDir
 from podlevel.ttrpc.codec import Connection, Inbound, Request, Response, Role
 
 TOPOLOGY = "sockets=2,nodes-per-socket=4,cores-per-node=16,threads-per-core=2,memory-per-node=64Gi"
@@ -69,6 +89,17 @@ LIVE_PODS = 500
 SYNC_CONTAINERS = 2000
 MI = 2**20
 PLUGIN_PROCESS_FLAG: Final = "--plugin-process"
+HACK: Final = Path(__file__).resolve().parent
+PLUGIN_SETUP: Final = (
+    "as `nri-podlevel run` runs by default where it matters for speed: checkpoints written (and synced) to a "
+    "state dir in a tmp dir, info logs as JSON lines to a file, metrics counted (no HTTP server, no "
+    "PodResources socket); pod cgroups off (--cgroup-root \"\": no cgroups here); the engine on the "
+    "synthetic node above instead of sysfs"
+)
+GO_SETUP: Final = (
+    "tests/integration/goplugin -noop: the upstream NRI stub answering every event with no "
+    "change"
+)
 M = TypeVar("M", bound=Message)
 
 
@@ -112,11 +143,6 @@ def _shapes() -> Iterator[Callable[[str], Pod]]:
         for count, shape in MIX:
             for _ in range(count):
                 yield shape
-
-
-def _percentile(values: list[int], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000
 
 
 def bench_engine() -> Engine:
@@ -185,25 +211,25 @@ def engine_numbers(cycles: int, profile: bool) -> dict[str, object]:
         "engine_cycles_per_second": round(cycles / churn_seconds),
         "engine_operations_per_second": round(2 * cycles / churn_seconds),
         "engine_admissions_per_second": round(len(admissions) / (sum(admissions) / 1e9)),
-        "engine_admission_p50_us": _percentile(admissions, 0.50),
-        "engine_admission_p99_us": _percentile(admissions, 0.99),
+        "engine_admission_p50_us": percentile(admissions, 0.50),
+        "engine_admission_p99_us": percentile(admissions, 0.99),
         "engine_admission_max_us": max(admissions) / 1000,
-        "engine_admission_cpu_p99_us": _percentile(admissions_cpu, 0.99),
+        "engine_admission_cpu_p99_us": percentile(admissions_cpu, 0.99),
         "engine_admission_cpu_max_us": max(admissions_cpu) / 1000,
-        "engine_release_p50_us": _percentile(releases, 0.50),
-        "engine_release_p99_us": _percentile(releases, 0.99),
+        "engine_release_p50_us": percentile(releases, 0.50),
+        "engine_release_p99_us": percentile(releases, 0.99),
         "engine_release_max_us": max(releases) / 1000,
     }
 
 
-# -- NRI: the plugin process -----------------------------------------------------------------------------
+# -- NRI: the plugin processes -----------------------------------------------------------------------------
 
 
 class TimedPlugin(PodLevelPlugin):
     """The plugin with the wall-clock time of its CreateContainer and Synchronize handlers recorded."""
 
-    def __init__(self, placement: Placement) -> None:
-        super().__init__(placement)
+    def __init__(self, placement: Placement, state: StateDir, observer: PluginMetrics) -> None:
+        super().__init__(placement, state=state, observer=observer)
         self.create_ns: list[int] = []
         self.synchronize_ns: list[int] = []
 
@@ -224,11 +250,14 @@ class TimedPlugin(PodLevelPlugin):
             self.synchronize_ns.append(time.perf_counter_ns() - started)
 
 
-def plugin_process() -> int:
-    """Serve the launch socket until the runtime closes it, then print the handler times as JSON."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    handler = TimedPlugin(Placement(bench_engine()))
-    Stub.from_environment(handler).run()
+def plugin_process(state_dir: str) -> int:
+    """Serve the launch socket as `nri-podlevel run` would (see PLUGIN_SETUP) until the runtime closes it,
+    then print the handler times as JSON."""
+    configure_logging("info", "auto")
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # as `run` does
+    metrics = PluginMetrics(lambda: handler.snapshot)
+    handler = TimedPlugin(Placement(bench_engine()), StateDir(Path(state_dir)), metrics)
+    Stub.from_environment(handler, observer=metrics).run()
     json.dump(
         {
             "create_ns": handler.create_ns,
@@ -238,6 +267,23 @@ def plugin_process() -> int:
         sys.stdout,
     )
     return 0
+
+
+def go_plugin(path: str | None) -> str:
+    """The no-op Go plugin's binary: `path`, or built (or found up to date) by hack/build-go-nri-plugin."""
+    if path is not None:
+        return path
+    built = subprocess.run(
+        [str(HACK / "build-go-nri-plugin")], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if built.returncode != 0:
+        raise SystemExit("hack/bench: cannot build the Go NRI plugin (above); --go-plugin takes a built one")
+    return next(line.split(": ", 1)[1] for line in built.stdout.splitlines() if line.startswith("plugin: "))
+
+
+def go_event_names(mask: int) -> str:
+    """A subscription mask as the Go plugin's -noop flag takes it (NRI's ParseEventMask names)."""
+    return ",".join(event.name.replace("_", "").lower() for event in events_in(mask))
 
 
 # -- NRI: the runtime's end ------------------------------------------------------------------------------
@@ -251,26 +297,28 @@ class LaunchedPlugin:
     """A plugin process launched on a socketpair; this side is the runtime's end, blocking, on the ttrpc
     codec. The plugin's log goes to `stderr`."""
 
-    def __init__(self, stderr: IO[bytes]) -> None:
+    def __init__(self, command: Sequence[str], stderr: IO[bytes]) -> None:
         self.sock, plugin_end = socket.socketpair()
         self._stderr = stderr
         environment = {
             **os.environ,
             "NRI_PLUGIN_SOCKET": str(plugin_end.fileno()),
-            "NRI_PLUGIN_NAME": "podlevel-bench",
+            "NRI_PLUGIN_NAME": "bench",
             "NRI_PLUGIN_IDX": "50",
         }
+        self.launched = time.perf_counter_ns()
         self.process = subprocess.Popen(
-            [sys.executable, __file__, PLUGIN_PROCESS_FLAG],
-            pass_fds=[plugin_end.fileno()],
-            env=environment,
-            stdout=subprocess.PIPE,
+            command, pass_fds=[plugin_end.fileno()], env=environment, stdout=subprocess.PIPE,
             stderr=self._stderr,
         )
         plugin_end.close()
         self.conn = Connection(Role.RUNTIME)
         self._requests: collections.deque[Request] = collections.deque()
         self._responses: dict[int, Response] = {}
+        self.events = 0
+        """The subscription the plugin answered Configure with."""
+        self.registered_ns = 0
+        """From launch to the end of the handshake: the runtime then counts the plugin registered."""
 
     def _receive(self) -> None:
         data = self.sock.recv(1 << 20)
@@ -287,64 +335,71 @@ class LaunchedPlugin:
         else:
             raise PluginFailed(f"the plugin sent a request the codec rejects: {message.message}")
 
-    def call(self, method: str, message: Message, reply_type: type[M]) -> tuple[M, int]:
-        """Call the plugin; returns its answer and the nanoseconds from request written to answer read."""
+    def encode(self, method: str, message: Message) -> tuple[int, bytes]:
+        """The stream id and socket bytes of a call to the plugin."""
         request = self.conn.request(
             PLUGIN_SERVICE, method, message.SerializeToString(), timeout_nano=2_000_000_000
         )
-        data = self.conn.encode(request)
+        return request.stream_id, self.conn.encode(request)
+
+    def exchange(self, method: str, stream_id: int, data: bytes) -> tuple[bytes, int]:
+        """Send an encoded call; the answer's payload and the nanoseconds from request written to answer
+        read."""
         started = time.perf_counter_ns()
         self.sock.sendall(data)
-        while request.stream_id not in self._responses:
+        while stream_id not in self._responses:
             self._receive()
         elapsed = time.perf_counter_ns() - started
-        response = self._responses.pop(request.stream_id)
+        response = self._responses.pop(stream_id)
         if response.code:
             raise PluginFailed(f"{method}: code {response.code}: {response.message}")
-        return reply_type.FromString(response.payload), elapsed
+        return response.payload, elapsed
+
+    def call(self, method: str, message: Message, reply_type: type[M]) -> tuple[M, int]:
+        """Call the plugin; returns its answer and the nanoseconds from request written to answer read."""
+        payload, elapsed = self.exchange(method, *self.encode(method, message))
+        return reply_type.FromString(payload), elapsed
 
     def handshake(self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]) -> tuple[
         api.SynchronizeResponse, int
     ]:
-        """Answer RegisterPlugin after Configure and one Synchronize, as containerd does; the Synchronize
-        answer and its round trip."""
+        """Answer RegisterPlugin, then Configure and Synchronize the plugin, as containerd does (the Go stub
+        serves no Synchronize before its registration is answered); the Synchronize answer and its round
+        trip."""
         while not self._requests:
             self._receive()
         register = self._requests.popleft()
         if register.method != "RegisterPlugin":
             raise PluginFailed(f"expected RegisterPlugin first, got {register.method}")
+        self.sock.sendall(self.conn.encode(Response(register.stream_id, api.Empty().SerializeToString())))
         configure = api.ConfigureRequest(
             runtime_name="containerd", runtime_version="2.1.4", registration_timeout=5000,
             request_timeout=2000,
         )
-        self.call("Configure", configure, api.ConfigureResponse)
+        self.events = self.call("Configure", configure, api.ConfigureResponse)[0].events
         sync = api.SynchronizeRequest(pods=pods, containers=containers)
         answer, elapsed = self.call("Synchronize", sync, api.SynchronizeResponse)
-        self.sock.sendall(self.conn.encode(Response(register.stream_id, api.Empty().SerializeToString())))
+        self.registered_ns = time.perf_counter_ns() - self.launched
         return answer, elapsed
 
-    def notify(self, event: api.Event, pod: api.PodSandbox, container: api.Container | None = None) -> None:
-        """A notification as containerd before NRI v0.12 sends it: StateChange."""
-        self.call("StateChange", api.StateChangeEvent(event=event, pod=pod, container=container), api.Empty)
-
-    def rss_kib(self) -> int:
+    def status_kib(self, field: str) -> int:
+        """A size from /proc/PID/status: VmRSS now, VmHWM the peak."""
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
-        raise PluginFailed(f"/proc/{self.process.pid}/status has no VmRSS")
+        raise PluginFailed(f"/proc/{self.process.pid}/status has no {field}")
 
     def log_tail(self, lines: int = 20) -> str:
         self._stderr.seek(0)
         return "\n".join(self._stderr.read().decode(errors="replace").splitlines()[-lines:])
 
-    def finish(self) -> dict[str, object]:
-        """Close the socket, which ends a launched plugin; its report."""
+    def finish(self) -> bytes:
+        """Close the socket, which ends a launched plugin; what it printed."""
         self.sock.close()
         out, _ = self.process.communicate(timeout=60)
         if self.process.returncode != 0:
             raise PluginFailed(f"the plugin exited with {self.process.returncode}: {self.log_tail()}")
-        report: dict[str, object] = json.loads(out)
-        return report
+        return out
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -354,14 +409,31 @@ class LaunchedPlugin:
 
 
 @contextlib.contextmanager
-def launched_plugin() -> Iterator[LaunchedPlugin]:
+def launched_plugin(command: Sequence[str]) -> Iterator[LaunchedPlugin]:
     """A plugin process for the block; killed at its end unless `finish()` ended it."""
     with tempfile.TemporaryFile() as stderr:
-        plugin = LaunchedPlugin(stderr)
+        plugin = LaunchedPlugin(command, stderr)
         try:
             yield plugin
         finally:
             plugin.kill()
+
+
+@contextlib.contextmanager
+def ours_and_go(go_binary: str) -> Iterator[tuple[LaunchedPlugin, LaunchedPlugin]]:
+    """nri-podlevel (on a fresh state dir) and the no-op Go plugin, launched one after the other; the Go
+    plugin subscribes to what nri-podlevel answered Configure with. Both handshakes are done on an empty
+    node, so each is then ready for events."""
+    with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, launched_plugin(
+        [sys.executable, __file__, PLUGIN_PROCESS_FLAG, state_dir]
+    ) as ours:
+        ours.handshake([], [])
+        with launched_plugin([go_binary, "-noop", go_event_names(ours.events)]) as go:
+            go.handshake([], [])
+            if go.events != ours.events:
+                raise PluginFailed(f"the Go plugin subscribed to {describe_mask(go.events)}, nri-podlevel to "
+                                   f"{describe_mask(ours.events)}")
+            yield ours, go
 
 
 # -- NRI: what the runtime sends ---------------------------------------------------------------------------
@@ -383,10 +455,21 @@ def sandbox_message(pod: Pod) -> api.PodSandbox:
         runtime_handler="runc",
     )
     message.linux.cgroup_parent = f"/kubepods/burstable/pod{pod.uid}"
+    _set_resources(message.linux.pod_resources, sandbox_resources(pod))
     return message
 
 
-def container_message(sandbox: api.PodSandbox, container: Container) -> api.Container:
+def _set_resources(message: api.LinuxResources, sent: RuntimeResources) -> None:
+    """The kubelet's CPU and memory settings as the runtime passes them on; what is unset stays absent."""
+    message.cpu.shares.value = sent.cpu_shares
+    message.cpu.period.value = sent.cpu_period
+    if sent.cpu_quota:
+        message.cpu.quota.value = sent.cpu_quota
+    if sent.memory_limit:
+        message.memory.limit.value = sent.memory_limit
+
+
+def container_message(pod: Pod, sandbox: api.PodSandbox, container: Container) -> api.Container:
     """A running container with what the runtime reports besides its name: args, env, mounts, resources."""
     message = api.Container(
         id=f"{sandbox.id}-{container.name}",
@@ -402,80 +485,264 @@ def container_message(sandbox: api.PodSandbox, container: Container) -> api.Cont
             for i in range(4)
         ],
     )
-    message.linux.resources.cpu.shares.value = max(2, container.resources.request("cpu") * 1024 // 1000)
+    _set_resources(message.linux.resources, container_resources(pod, container))
     message.linux.cgroups_path = f"{sandbox.linux.cgroup_parent}/{message.id}"
     return message
 
 
-def _summary_us(prefix: str, nanoseconds: Sequence[int]) -> dict[str, float]:
+@dataclass(frozen=True)
+class Call:
+    """One message the runtime sends a plugin about a pod; `label` is what its round trip is counted as
+    (FIRST or LATER for CreateContainer, else the event's name)."""
+
+    method: str
+    message: Message
+    pod: str
+    label: str
+    last: bool = False
+    """The last event of the pod's lifecycle."""
+
+
+FIRST: Final = "first"
+LATER: Final = "later"
+
+
+def _notification(event: Event, sandbox: api.PodSandbox, container: api.Container | None = None) -> Message:
+    """A notification as containerd before NRI v0.12 sends it: StateChange."""
+    return api.StateChangeEvent(event=api.Event.Name(event), pod=sandbox, container=container)
+
+
+def pod_start(mask: int, pod: Pod) -> list[Call]:
+    """What a runtime sends a plugin subscribed to `mask` while a pod starts, in the runtime's order."""
+    sandbox = sandbox_message(pod)
+    calls = []
+    if mask & Event.RUN_POD_SANDBOX.bit:
+        calls.append(Call("StateChange", _notification(Event.RUN_POD_SANDBOX, sandbox), pod.uid,
+                          Event.RUN_POD_SANDBOX.name))
+    for index, spec in enumerate(pod.all_containers):
+        container = container_message(pod, sandbox, spec)
+        if mask & Event.CREATE_CONTAINER.bit:
+            calls.append(Call("CreateContainer", api.CreateContainerRequest(pod=sandbox, container=container),
+                              pod.uid, LATER if index else FIRST))
+        for event in (Event.POST_CREATE_CONTAINER, Event.START_CONTAINER, Event.POST_START_CONTAINER):
+            if mask & event.bit:
+                notification = _notification(event, sandbox, container)
+                calls.append(Call("StateChange", notification, pod.uid, event.name))
+    return calls
+
+
+def pod_stop(mask: int, pod: Pod) -> list[Call]:
+    """What a runtime sends a plugin subscribed to `mask` while a pod stops and is removed."""
+    sandbox = sandbox_message(pod)
+    calls = []
+    for spec in pod.all_containers:
+        container = container_message(pod, sandbox, spec)
+        if mask & Event.STOP_CONTAINER.bit:
+            calls.append(Call("StopContainer", api.StopContainerRequest(pod=sandbox, container=container),
+                              pod.uid, Event.STOP_CONTAINER.name))
+        if mask & Event.REMOVE_CONTAINER.bit:
+            notification = _notification(Event.REMOVE_CONTAINER, sandbox, container)
+            calls.append(Call("StateChange", notification, pod.uid, Event.REMOVE_CONTAINER.name))
+    for event in (Event.STOP_POD_SANDBOX, Event.REMOVE_POD_SANDBOX):
+        if mask & event.bit:
+            calls.append(Call("StateChange", _notification(event, sandbox), pod.uid, event.name))
+    if calls:
+        calls[-1] = dataclasses.replace(calls[-1], last=True)
+    return calls
+
+
+REPLY_TYPES: Final[dict[str, type[Message]]] = {
+    "CreateContainer": api.CreateContainerResponse,
+    "StopContainer": api.StopContainerResponse,
+    "StateChange": api.Empty,
+}
+
+
+# -- NRI: the comparison's pure parts ----------------------------------------------------------------------
+
+
+class Trip(NamedTuple):
+    """One call's round trip on both plugins, over identical bytes."""
+
+    pod: str
+    label: str
+    churn: bool
+    """Sent during the churn, the steady state (else while filling the node)."""
+    last: bool
+    ours_ns: int
+    go_ns: int
+    updates: int
+    """Updates of other containers in nri-podlevel's answer."""
+
+
+def percentile(values: Sequence[int], fraction: float) -> float:
+    """The nearest-rank percentile of nanosecond `values`, in microseconds."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000
+
+
+PERCENTILES: Final = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+
+
+def block_order(block: int) -> tuple[int, int]:
+    """Which plugin takes block `block` first (0: nri-podlevel, 1: Go): alternating, so that drift and load
+    from elsewhere land on both alike."""
+    return (0, 1) if block % 2 == 0 else (1, 0)
+
+
+def ratio(ours: float, go: float) -> float | None:
+    return round(ours / go, 2) if go else None
+
+
+def compared(what: str, ours_ns: Sequence[int], go_ns: Sequence[int]) -> dict[str, object]:
+    """`nri_<what>_us_pNN`, `go_noop_<what>_us_pNN` and `<what>_ratio_pNN` (ours over Go), and the count."""
+    numbers: dict[str, object] = {f"{what}_samples": len(ours_ns)}
+    if not ours_ns or not go_ns:
+        return numbers
+    for name, fraction in PERCENTILES:
+        ours, go = percentile(ours_ns, fraction), percentile(go_ns, fraction)
+        numbers[f"nri_{what}_us_{name}"] = ours
+        numbers[f"go_noop_{what}_us_{name}"] = go
+        numbers[f"{what}_ratio_{name}"] = ratio(ours, go)
+    return numbers
+
+
+def lifecycles(trips: Iterable[Trip]) -> tuple[list[int], list[int]]:
+    """Each plugin's total time over every pod whose whole lifecycle was sent during the churn."""
+    ours: dict[str, int] = collections.defaultdict(int)
+    go: dict[str, int] = collections.defaultdict(int)
+    started_in_fill: set[str] = set()
+    complete: list[str] = []
+    for trip in trips:
+        if not trip.churn:
+            started_in_fill.add(trip.pod)
+        ours[trip.pod] += trip.ours_ns
+        go[trip.pod] += trip.go_ns
+        if trip.last:
+            complete.append(trip.pod)
+    whole = [pod for pod in complete if pod not in started_in_fill]
+    return [ours[pod] for pod in whole], [go[pod] for pod in whole]
+
+
+def moving_answers(trips: Iterable[Trip]) -> list[Trip]:
+    """The CreateContainer round trips whose nri-podlevel answer moved other containers."""
+    return [t for t in trips if t.updates and t.label in (FIRST, LATER)]
+
+
+def comparison(trips: Sequence[Trip]) -> dict[str, object]:
+    """The A/B numbers of the CreateContainer round trips and pod lifecycles (see the module docstring)."""
+    creates = [t for t in trips if t.churn and t.label in (FIRST, LATER)]
+    moving = moving_answers(trips)
+    ours_life, go_life = lifecycles(trips)
     return {
-        f"{prefix}_p50_us": _percentile(list(nanoseconds), 0.50),
-        f"{prefix}_p99_us": _percentile(list(nanoseconds), 0.99),
-        f"{prefix}_max_us": max(nanoseconds) / 1000,
+        **compared("roundtrip", [t.ours_ns for t in creates], [t.go_ns for t in creates]),
+        **{key: value for label in (FIRST, LATER) for key, value in compared(
+            f"{label}_container_roundtrip", [t.ours_ns for t in creates if t.label == label],
+            [t.go_ns for t in creates if t.label == label]).items()},
+        **compared("moving_others_roundtrip", [t.ours_ns for t in moving], [t.go_ns for t in moving]),
+        "moving_others_updates_mean": round(statistics.mean(t.updates for t in moving), 1) if moving else 0,
+        **compared("pod_lifecycle", ours_life, go_life),
     }
 
 
-def nri_create_numbers(cycles: int) -> dict[str, object]:
-    """Fill to LIVE_PODS pods through CreateContainer, Burstable pods first so that every later bubble and
-    exclusive container moves all of them (the answers carrying the most updates), then churn `cycles` times:
-    stop and remove the oldest pod, create one of the same shape. Steady-state numbers come from the churn."""
+# -- NRI: the runs ------------------------------------------------------------------------------------------
+
+
+def _batches(items: Iterable[Pod], size: int) -> Iterator[list[Pod]]:
+    batch: list[Pod] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _send_block(
+    plugins: Sequence[LaunchedPlugin], block: int, calls: Sequence[Call], churn: bool
+) -> list[Trip]:
+    """Send `calls` to each plugin in turn, the first one alternating by block; the bytes are the same
+    for both (same calls on connections in the same state)."""
+    encoded = [[plugin.encode(call.method, call.message) for call in calls] for plugin in plugins]
+    if encoded[0] != encoded[1]:
+        raise PluginFailed("the two plugins' requests differ: the connections went out of step")
+    elapsed: list[list[int]] = [[], []]
+    replies: list[bytes] = []
+    for index in block_order(block):
+        for call, (stream_id, data) in zip(calls, encoded[index], strict=True):
+            payload, ns = plugins[index].exchange(call.method, stream_id, data)
+            elapsed[index].append(ns)
+            if index == 0:
+                replies.append(payload)
+    return [
+        Trip(call.pod, call.label, churn, call.last, ours_ns, go_ns, _updates(call.method, reply))
+        for call, ours_ns, go_ns, reply in zip(calls, elapsed[0], elapsed[1], replies, strict=True)
+    ]
+
+
+def _updates(method: str, payload: bytes) -> int:
+    reply = REPLY_TYPES[method].FromString(payload)
+    answers = (api.CreateContainerResponse, api.StopContainerResponse)
+    return len(reply.update) if isinstance(reply, answers) else 0
+
+
+def nri_create_numbers(cycles: int, block: int, go_binary: str) -> dict[str, object]:
+    """Fill to LIVE_PODS pods, Burstable pods first so that every later bubble and exclusive container moves
+    all of them (the answers carrying the most updates), then churn `cycles` times: stop and remove the oldest
+    pod of the documentation's pod-level shape, start a new one. Every call goes to both plugins, `block`
+    pods at a time, in alternating order; steady-state numbers come from the churn."""
     fill = [shape for count, shape in reversed(MIX) for _ in range(count)]
-    live: collections.deque[tuple[Callable[[str], Pod], api.PodSandbox, list[api.Container]]] = (
-        collections.deque()
-    )
-    churn: list[int] = []
-    moving: list[int] = []
-    moved: list[int] = []
-
-    def start(plugin: LaunchedPlugin, shape: Callable[[str], Pod], serial: int) -> list[int]:
-        pod = shape(f"pod-{serial}")
-        sandbox = sandbox_message(pod)
-        containers = [container_message(sandbox, c) for c in pod.all_containers]
-        trips = []
-        for container in containers:
-            answer, elapsed = plugin.call(
-                "CreateContainer", api.CreateContainerRequest(pod=sandbox, container=container),
-                api.CreateContainerResponse,
-            )
-            trips.append(elapsed)
-            if answer.update:
-                moving.append(elapsed)
-                moved.append(len(answer.update))
-        live.append((shape, sandbox, containers))
-        return trips
-
-    def stop_oldest(plugin: LaunchedPlugin) -> Callable[[str], Pod]:
-        shape, sandbox, containers = live.popleft()
-        for container in containers:
-            plugin.call("StopContainer", api.StopContainerRequest(pod=sandbox, container=container),
-                        api.StopContainerResponse)
-            plugin.notify(api.REMOVE_CONTAINER, sandbox, container)
-        plugin.notify(api.STOP_POD_SANDBOX, sandbox)
-        plugin.notify(api.REMOVE_POD_SANDBOX, sandbox)
-        return shape
-
-    with launched_plugin() as plugin:
-        plugin.handshake([], [])
-        for serial, shape in enumerate(fill):
-            start(plugin, shape, serial)
-        live_containers = sum(len(containers) for _, _, containers in live)
-        for serial in range(len(fill), len(fill) + cycles):
-            churn.extend(start(plugin, stop_oldest(plugin), serial))
-        rss_kib = plugin.rss_kib()
-        report = plugin.finish()
+    pods = (shape(f"pod-{serial}") for serial, shape in enumerate(fill))
+    churned: collections.deque[Pod] = collections.deque()
+    trips: list[Trip] = []
+    with ours_and_go(go_binary) as plugins:
+        ours, go = plugins
+        mask = ours.events
+        for number, batch in enumerate(_batches(pods, block)):
+            trips += _send_block(plugins, number, [c for pod in batch for c in pod_start(mask, pod)], False)
+            churned.extend(pod for pod in batch if pod.resources is not None)
+        for number in range(cycles // block):
+            calls: list[Call] = []
+            for serial in range(number * block, (number + 1) * block):
+                calls += pod_stop(mask, churned.popleft())
+                churned.append(_pod_level(f"churn-{serial}"))
+                calls += pod_start(mask, churned[-1])
+            trips += _send_block(plugins, number, calls, True)
+        rss = {"nri": ours.status_kib("VmRSS"), "go_noop": go.status_kib("VmRSS")}
+        peak = go.status_kib("VmHWM")
+        startup = {"nri": ours.registered_ns, "go_noop": go.registered_ns}
+        report = json.loads(ours.finish())
+        go.finish()
+    ours_creates = [t.ours_ns for t in trips if t.churn and t.label in (FIRST, LATER)]
+    moving = [t.ours_ns for t in moving_answers(trips)]
     handler_ns = report["create_ns"]
-    assert isinstance(handler_ns, list)
+    compared_numbers = comparison(trips)
     return {
+        **compared_numbers,
+        **{f"{who}_rss_mb_steady": round(kib / 1024, 1) for who, kib in rss.items()},
+        "rss_mb_steady_ratio": ratio(rss["nri"], rss["go_noop"]),
+        "go_noop_rss_mb_peak": round(peak / 1024, 1),
+        **{f"{who}_startup_to_registered_ms": round(ns / 1e6, 1) for who, ns in startup.items()},
+        "startup_to_registered_ratio": ratio(startup["nri"], startup["go_noop"]),
         "nri_live_pods": LIVE_PODS,
-        "nri_live_containers": live_containers,
-        "nri_create_containers_timed": len(churn),
-        **_summary_us("nri_create_container", churn),
-        **_summary_us("nri_create_handler", handler_ns[-len(churn):]),
+        "nri_live_containers": sum(1 for t in trips if not t.churn and t.label in (FIRST, LATER)),
+        "nri_create_containers_timed": len(ours_creates),
+        **_summary_us("nri_create_container", ours_creates),
+        **_summary_us("nri_create_handler", handler_ns[-len(ours_creates):]),
         "nri_create_moving_others": len(moving),
-        "nri_create_moving_others_updates_mean": round(sum(moved) / len(moved), 1) if moved else 0,
+        "nri_create_moving_others_updates_mean": compared_numbers["moving_others_updates_mean"],
         **(_summary_us("nri_create_moving_others", moving) if moving else {}),
-        "nri_plugin_rss_steady_kib": rss_kib,
+        "nri_plugin_rss_steady_kib": rss["nri"],
         "nri_plugin_maxrss_churn_kib": report["maxrss_kib"],
+    }
+
+
+def _summary_us(prefix: str, nanoseconds: Sequence[int]) -> dict[str, float]:
+    return {
+        f"{prefix}_p50_us": percentile(nanoseconds, 0.50),
+        f"{prefix}_p99_us": percentile(nanoseconds, 0.99),
+        f"{prefix}_max_us": max(nanoseconds) / 1000,
     }
 
 
@@ -492,15 +759,28 @@ def sync_node() -> tuple[list[api.PodSandbox], list[api.Container], dict[str, Se
     placement = Placement(bench_engine())
     listed = []
     for pod, sandbox in zip(pods, sandboxes, strict=True):
-        shape = Sandbox(sandbox.id, sandbox.uid, sandbox.name, sandbox.namespace, dict(sandbox.annotations))
         for container in pod.all_containers:
-            listed.append(container_message(sandbox, container))
-            placement.create(shape, listed[-1].id, container.name)
+            listed.append(container_message(pod, sandbox, container))
+            placement.create(sandbox_of(sandbox), listed[-1].id, container.name,
+                             runtime_resources(listed[-1].linux.resources))
     placement.pending_updates()
     return sandboxes, listed, dict(placement.applied)
 
 
-def nri_synchronize_numbers() -> dict[str, object]:
+def _synchronized(command: Sequence[str], sandboxes: Sequence[api.PodSandbox],
+                  listed: Sequence[api.Container]) -> tuple[int, int, int, bytes]:
+    """Launch a plugin into a node of `listed` containers: the Synchronize round trip, updates answered,
+    VmRSS after it, and what the plugin printed."""
+    with launched_plugin(command) as plugin:
+        answer, elapsed = plugin.handshake(sandboxes, listed)
+        rss_kib = plugin.status_kib("VmRSS")
+        return elapsed, len(answer.update), rss_kib, plugin.finish()
+
+
+def nri_synchronize_numbers(repeats: int, go_binary: str) -> dict[str, object]:
+    """Synchronize of SYNC_CONTAINERS containers into freshly launched plugins, `repeats` times each, the
+    order alternating: nri-podlevel with every container already where it belongs (a restart) and with no
+    cpuset set anywhere, and the Go plugin with the first listing; medians."""
     sandboxes, containers, placed = sync_node()
     in_place = []
     for container in containers:
@@ -508,25 +788,41 @@ def nri_synchronize_numbers() -> dict[str, object]:
         copy.CopyFrom(container)
         copy.linux.resources.cpu.MergeFrom(linux_cpu(placed[container.id]))
         in_place.append(copy)
-    numbers: dict[str, object] = {"nri_synchronize_containers": len(containers),
-                                  "nri_synchronize_pods": len(sandboxes)}
+    events = go_event_names(subscribed_events(PodLevelPlugin(Placement(bench_engine()))))
+    elapsed: dict[str, list[int]] = collections.defaultdict(list)
+    handler_ns: dict[str, list[int]] = collections.defaultdict(list)
+    updates: dict[str, int] = {}
+    rss: dict[str, int] = {}
+    for repeat in range(repeats):
+        runs = [("in_place", in_place), ("unpinned", containers), ("go_noop", in_place)]
+        for label, listed in runs if repeat % 2 == 0 else reversed(runs):
+            with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
+                command = ([go_binary, "-noop", events] if label == "go_noop" else
+                           [sys.executable, __file__, PLUGIN_PROCESS_FLAG, state_dir])
+                ns, updates[label], rss[label], out = _synchronized(command, sandboxes, listed)
+            elapsed[label].append(ns)
+            if label != "go_noop":
+                handler_ns[label] += json.loads(out)["synchronize_ns"]
+    ms = {label: statistics.median(values) / 1e6 for label, values in elapsed.items()}
+    numbers: dict[str, object] = {
+        "nri_synchronize_2000_ms": round(ms["in_place"], 2),
+        "go_noop_synchronize_2000_ms": round(ms["go_noop"], 2),
+        "synchronize_2000_ratio": ratio(ms["in_place"], ms["go_noop"]),
+        "synchronize_2000_unpinned_ratio": ratio(ms["unpinned"], ms["go_noop"]),
+        "nri_synchronize_containers": len(containers),
+        "nri_synchronize_pods": len(sandboxes),
+        "nri_synchronize_repeats": repeats,
+    }
     for label, listed in (("in_place", in_place), ("unpinned", containers)):
-        with launched_plugin() as plugin:
-            answer, elapsed = plugin.handshake(sandboxes, listed)
-            rss_kib = plugin.rss_kib()
-            report = plugin.finish()
-        handler_ns = report["synchronize_ns"]
-        assert isinstance(handler_ns, list) and len(handler_ns) == 1
         numbers.update({
-            f"nri_synchronize_{label}_ms": round(elapsed / 1e6, 2),
-            f"nri_synchronize_{label}_handler_ms": round(handler_ns[0] / 1e6, 2),
-            f"nri_synchronize_{label}_updates": len(answer.update),
+            f"nri_synchronize_{label}_ms": round(ms[label], 2),
+            f"nri_synchronize_{label}_handler_ms": round(statistics.median(handler_ns[label]) / 1e6, 2),
+            f"nri_synchronize_{label}_updates": updates[label],
             f"nri_synchronize_{label}_request_kib": round(
                 api.SynchronizeRequest(pods=sandboxes, containers=listed).ByteSize() / 1024
             ),
         })
-        if label == "in_place":
-            numbers["nri_plugin_rss_after_synchronize_kib"] = rss_kib
+    numbers["nri_plugin_rss_after_synchronize_kib"] = rss["in_place"]
     return numbers
 
 
@@ -534,18 +830,31 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cycles", type=int, default=5000, help="release+admit cycles at 500 live pods")
-    parser.add_argument("--nri-cycles", type=int, default=1000,
-                        help="pod replacements through the NRI socket at 500 live pods")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer cycles and repeats: the same keys in well under two minutes")
+    parser.add_argument("--cycles", type=int, help="release+admit cycles at 500 live pods (5000; quick 1000)")
+    parser.add_argument("--nri-cycles", type=int,
+                        help="pod replacements through the NRI socket at 500 live pods (2000; quick 300)")
+    parser.add_argument("--block", type=int, default=10, help="pods per block of one plugin (10)")
+    parser.add_argument("--sync-repeats", type=int, help="Synchronize launches per plugin (3; quick 1)")
+    parser.add_argument("--go-plugin", metavar="PATH", help="the Go plugin binary (default: build it)")
     parser.add_argument("--profile", action="store_true", help="cProfile the churn, report to stderr")
-    parser.add_argument(PLUGIN_PROCESS_FLAG, action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(PLUGIN_PROCESS_FLAG, metavar="STATE_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plugin_process:
-        return plugin_process()
-    numbers: dict[str, object] = {}
-    numbers.update(engine_numbers(args.cycles, args.profile))
-    numbers.update(nri_create_numbers(args.nri_cycles))
-    numbers.update(nri_synchronize_numbers())
+        return plugin_process(args.plugin_process)
+    cycles = args.cycles or (1000 if args.quick else 5000)
+    nri_cycles = args.nri_cycles or (300 if args.quick else 2000)
+    sync_repeats = args.sync_repeats or (1 if args.quick else 3)
+    if args.block < 1 or nri_cycles < 2 * args.block:
+        parser.error("--block must be at least 1 and --nri-cycles at least two blocks")
+    go_binary = go_plugin(args.go_plugin)
+    started = time.perf_counter()
+    numbers: dict[str, object] = {"nri_plugin_setup": PLUGIN_SETUP, "go_noop_plugin": GO_SETUP}
+    numbers.update(engine_numbers(cycles, args.profile))
+    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary))
+    numbers.update(nri_synchronize_numbers(sync_repeats, go_binary))
+    numbers["bench_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(numbers, indent=2))
     return 0
 
