@@ -10,25 +10,20 @@ Rendering (spew with `SortKeys`, `DisableMethods`, `DisablePointerAddresses`): a
 in parentheses unless it is a map key, map value or slice element; a pointer there shows `<*>` instead;
 strings are unquoted; nil maps, slices and pointers show `<nil>`; struct fields are `Name:value`, space
 separated. The hashed object is the checkpoint with its checksum field 0.
+
+FNV-1a itself comes from `fnv-hash-fast` (C): a byte-by-byte Python loop took ~2.3 ms for a 40 KB rendering,
+and a checkpoint is hashed at every admission and release, before the answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Literal
 
-_FNV_OFFSET: Final = 0x811C9DC5
-_FNV_PRIME: Final = 0x01000193
+from fnv_hash_fast import fnv1a_32
 
 Kind = Literal["scalar", "map", "slice", "struct", "pointer"]
-
-
-def fnv1a_32(data: bytes) -> int:
-    value = _FNV_OFFSET
-    for byte in data:
-        value = ((value ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
-    return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -316,8 +316,14 @@ class CPUPodEntry(Schema):
         return CPUSet(int(cpu) for cpu in value.field("CPUSet").field("elems").items)
 
 
+_PLAIN: Final = re.compile(r"[A-Za-z0-9 _.,:/+=@-]*")
+"""Text Go's encoder writes between quotes unchanged: most of a checkpoint (uids, names, CPU lists)."""
+
+
 def encode_string(text: str) -> str:
     """A JSON string as Go's `json.Marshal` writes it."""
+    if _PLAIN.fullmatch(text):
+        return f'"{text}"'
     encoded = json.dumps(text, ensure_ascii=False)
     for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
         encoded = encoded.replace(char, escape)
