@@ -24,8 +24,7 @@ from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments,
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, quote
-from podlevel.engine.manager import format_amount
-from podlevel.engine.quantity import format_bytes
+from podlevel.engine.quantity import format_amount, format_bytes
 
 PROVIDER_NAMES = {"cpu": "CPU manager", "memory": "memory manager"}
 

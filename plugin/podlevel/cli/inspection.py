@@ -40,9 +40,8 @@ from podlevel.cli.inputs import read_bytes
 from podlevel.cli.run import DEFAULT_METRICS_ADDRESS
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
-from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.report.http import parse_address
-from podlevel.report.views import numa_usage
+from podlevel.report.views import nodes_text, numa_usage
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
 from podlevel.state.store import CPU_STATE_FILE, DEFAULT_STATE_DIR, MEMORY_STATE_FILE
@@ -373,7 +372,7 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
     pods: list[PodRow] = []
     for uid in sorted({*cpu.entries, *cpu.pod_entries, *memory.entries, *memory.pod_entries}):
         bubble_cpus = cpu.pod_entries.get(uid)
-        bubble_mems = _nodes(memory.pod_entries.get(uid, ()))
+        bubble_mems = nodes_text(n for b in memory.pod_entries.get(uid, ()) for n in b.numa_affinity)
         bubble = None
         if bubble_cpus is not None or bubble_mems:
             shown = str(bubble_cpus) if bubble_cpus is not None else None
@@ -385,7 +384,7 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
         containers = {**dict.fromkeys(memory.entries.get(uid, {})), **dict.fromkeys(cpu.entries.get(uid, {}))}
         for name in containers:
             cpus = cpu.entries.get(uid, {}).get(name)
-            mems = _nodes(memory.entries.get(uid, {}).get(name, ()))
+            mems = nodes_text(n for b in memory.entries.get(uid, {}).get(name, ()) for n in b.numa_affinity)
             expected = Expected(str(cpus) if cpus is not None else None, mems or None, None)
             row.containers.append(ContainerRow(name, None, None, CgroupRow(expected)))
         pods.append(row)
@@ -400,10 +399,6 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
         pods=pods,
         drifts=[d for row in pods for d in _row_drifts(row)],
     )
-
-
-def _nodes(blocks: Iterable[MemoryBlock]) -> str:
-    return str(CPUSet({node for block in blocks for node in block.numa_affinity}))
 
 
 # -- layout ------------------------------------------------------------------------------------------------
@@ -431,9 +426,6 @@ class Style:
 
     def good(self, text: str) -> str:
         return self._wrap("32", text)
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
 
 
 def columns(rows: Sequence[Sequence[str]], indent: str = "", style: Style | None = None) -> list[str]:

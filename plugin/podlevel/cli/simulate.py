@@ -39,7 +39,7 @@ from typing import Any
 
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.inputs import read_text, source_name
-from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
+from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, columns, fetch
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
@@ -48,7 +48,7 @@ from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
 from podlevel.podspec.manifest import from_annotation
 from podlevel.podspec.workloads import load_pods
-from podlevel.report.views import decision_json, topology_json
+from podlevel.report.views import decision_json, nodes_text, topology_json
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
 from podlevel.sysfs import read_topology
@@ -246,10 +246,6 @@ def _pod_json(outcome: Outcome, decision: PodDecision | None) -> dict[str, objec
     }
 
 
-def _mems(nodes: Sequence[int]) -> str:
-    return str(CPUSet(nodes))
-
-
 # -- tables ----------------------------------------------------------------------------------------------
 
 
@@ -280,13 +276,13 @@ def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
     bubble = ""
     if decision.bubble_cpus is not None or decision.bubble_mems is not None:
         cpus = str(decision.bubble_cpus) if decision.bubble_cpus is not None else "-"
-        mems = _mems(decision.bubble_mems) if decision.bubble_mems is not None else "-"
+        mems = nodes_text(decision.bubble_mems) if decision.bubble_mems is not None else "-"
         bubble = f"  bubble cpus={cpus} mems={mems}"
     rows = [["CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "CFS QUOTA/PERIOD"]]
     for c in decision.containers:
         quota = "untouched" if c.cpu_quota_us is None else f"{c.cpu_quota_us}/{c.cpu_period_us}"
-        rows.append([c.name, c.kind.value, c.assignment.value, str(c.cpus) or "-", _mems(c.mems), quota])
-    return [f"  {title}  admitted{bubble}", *_columns(rows, "    ")]
+        rows.append([c.name, c.kind.value, c.assignment.value, str(c.cpus) or "-", nodes_text(c.mems), quota])
+    return [f"  {title}  admitted{bubble}", *columns(rows, "    ")]
 
 
 def _numa_lines(result: Simulation) -> list[str]:
@@ -298,7 +294,7 @@ def _numa_lines(result: Simulation) -> list[str]:
         free = [f"cpu={len(numa.cpus)}", *(f"{name}={format_bytes(n)}" for name, n in numa.memory.items())]
         lines.append(f"  node {numa.node}: cpus {node_cpus}  free {' '.join(free)}")
         rows = [[str(cpus & node_cpus), label] for label, cpus in holders if not cpus.is_disjoint(node_cpus)]
-        lines.extend(_columns([["CPUS", "HELD BY"], *rows], "    "))
+        lines.extend(columns([["CPUS", "HELD BY"], *rows], "    "))
     return lines
 
 
@@ -324,11 +320,3 @@ def _holders(result: Simulation) -> list[tuple[str, CPUSet]]:
     if shared:
         holders.append(("node shared pool", shared))
     return holders
-
-
-def _columns(rows: list[list[str]], indent: str) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]

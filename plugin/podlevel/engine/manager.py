@@ -46,7 +46,7 @@ from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityErro
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
-from podlevel.engine.quantity import format_bytes
+from podlevel.engine.quantity import format_amount, format_bytes
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import (
     Alignment,
@@ -485,13 +485,6 @@ def _aggregate(pod: Pod) -> Mapping[str, int]:
 def _requests(container: Container) -> Mapping[str, int]:
     names = container.resources.requests.keys() | container.resources.limits.keys()
     return {name: container.resources.request(name) for name in names}
-
-
-def format_amount(name: str, amount: int) -> str:
-    """A CPU amount in cores or millicores, memory with its binary suffix, as an operator writes them."""
-    if name == CPU:
-        return f"{amount // 1000}" if amount % 1000 == 0 else f"{amount}m"
-    return format_bytes(amount)
 
 
 def _with(mapping: Mapping[K, V], key: K, value: V) -> Mapping[K, V]:

@@ -18,6 +18,7 @@ from typing import Final
 
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import MAX_QUANTITY, MAX_QUANTITY_EXPONENT, quote
+from podlevel.engine.pod import CPU
 
 _BINARY: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 """Binary suffix -> power of two."""
@@ -115,3 +116,10 @@ def format_bytes(value: int) -> str:
         if value and value % (1 << power) == 0:
             return f"{value // (1 << power)}{suffix}"
     return str(value)
+
+
+def format_amount(resource: str, amount: int) -> str:
+    """The exact quantity as an operator writes it: whole CPUs or millicores; binary-suffixed bytes."""
+    if resource == CPU:
+        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
+    return format_bytes(amount)

@@ -37,7 +37,7 @@ from podlevel.engine.pod import (
     Pod,
     Resources,
 )
-from podlevel.engine.quantity import bytes_of, format_bytes, milli_cpu
+from podlevel.engine.quantity import bytes_of, format_amount, format_bytes, milli_cpu
 from podlevel.podspec.documents import JSONNumber, load_json
 
 SHAPE_ANNOTATION: Final = "nri-podlevel.io/pod-shape"
@@ -200,8 +200,8 @@ def _resources(value: object, where: str, path: str, *, pod_level: bool) -> Reso
         if limit is not None and request > limit:
             raise InputError(
                 "requests <= limits",
-                f"{where}: {path}.requests.{resource}: {_format(resource, request)} is above the limit "
-                f"{_format(resource, limit)}",
+                f"{where}: {path}.requests.{resource}: {format_amount(resource, request)} is above the limit "
+                f"{format_amount(resource, limit)}",
             )
     return Resources(requests=MappingProxyType(requests), limits=MappingProxyType(limits))
 
@@ -234,15 +234,15 @@ def _check_pod_budget(pod: Pod, where: str, prefix: str) -> None:
         if ceiling is not None and budget > ceiling:
             raise InputError(
                 "requests <= limits",
-                f"{where}: {path}.requests.{resource}: {_format(resource, budget)} is above the limit "
-                f"{_format(resource, ceiling)}",
+                f"{where}: {path}.requests.{resource}: {format_amount(resource, budget)} is above the limit "
+                f"{format_amount(resource, ceiling)}",
             )
         aggregate = pod.aggregate_request(resource)
         if aggregate > budget:
             raise InputError(
                 "pod budget >= aggregate container requests",
-                f"{where}: {path}.requests.{resource}: {_format(resource, budget)} is below the containers' "
-                f"aggregate request {_format(resource, aggregate)}",
+                f"{where}: {path}.requests.{resource}: {format_amount(resource, budget)} is below the "
+                f"containers' aggregate request {format_amount(resource, aggregate)}",
             )
         if ceiling is None:
             continue
@@ -253,7 +253,8 @@ def _check_pod_budget(pod: Pod, where: str, prefix: str) -> None:
                     raise InputError(
                         "container limit <= pod limit",
                         f"{where}: {prefix}{field}[{index}].resources.limits.{resource}: "
-                        f"{_format(resource, limit)} is above the pod limit {_format(resource, ceiling)}",
+                        f"{format_amount(resource, limit)} is above the pod limit "
+                        f"{format_amount(resource, ceiling)}",
                     )
 
 
@@ -261,7 +262,7 @@ def _resources_json(resources: Resources) -> dict[str, dict[str, str]]:
     body: dict[str, dict[str, str]] = {}
     for field, values in (("requests", resources.requests), ("limits", resources.limits)):
         if values:
-            body[field] = {name: _format(name, amount) for name, amount in sorted(values.items())}
+            body[field] = {name: format_amount(name, amount) for name, amount in sorted(values.items())}
     return body
 
 
@@ -272,13 +273,6 @@ def _container_json(container: Container) -> dict[str, object]:
     if not container.resources.is_empty():
         body["resources"] = _resources_json(container.resources)
     return body
-
-
-def _format(resource: str, amount: int) -> str:
-    """The exact quantity in Kubernetes syntax: whole CPUs or millicores; binary-suffixed bytes."""
-    if resource == CPU:
-        return str(amount // 1000) if amount % 1000 == 0 else f"{amount}m"
-    return format_bytes(amount)
 
 
 def _mapping(value: object, where: str, path: str) -> Mapping[str, object]:

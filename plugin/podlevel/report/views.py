@@ -61,7 +61,7 @@ preference", an empty list "cannot be placed"; `free` is what each NUMA node had
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -255,7 +255,7 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
     if wanted is not None:
         pod_cgroup = {
             "cpus": str(wanted.cpus) if wanted.cpus is not None else None,
-            "mems": _mems(wanted.mems),
+            "mems": nodes_text(wanted.mems),
             "unlimited_quota": wanted.unlimited_quota,
             "cpu_period_us": wanted.cpu_period_us,
             "failure": snapshot.pod_cgroup_failures.get(sandbox_id),
@@ -299,7 +299,7 @@ def bubble_json(decision: PodDecision) -> dict[str, str | None] | None:
         return None
     return {
         "cpus": str(decision.bubble_cpus) if decision.bubble_cpus is not None else None,
-        "mems": _mems(decision.bubble_mems) if decision.bubble_mems is not None else None,
+        "mems": nodes_text(decision.bubble_mems) if decision.bubble_mems is not None else None,
     }
 
 
@@ -309,7 +309,7 @@ def container_json(decision: ContainerDecision) -> dict[str, object]:
         "kind": decision.kind.value,
         "assignment": decision.assignment.value,
         "cpus": str(decision.cpus),
-        "mems": _mems(decision.mems),
+        "mems": nodes_text(decision.mems),
         "cpu_quota_us": decision.cpu_quota_us,
         "cpu_period_us": decision.cpu_period_us,
     }
@@ -361,5 +361,6 @@ def _hint_json(hint: TopologyHint) -> dict[str, Any]:
     return {"numa_nodes": nodes, "preferred": hint.preferred}
 
 
-def _mems(nodes: Sequence[int]) -> str:
+def nodes_text(nodes: Iterable[int]) -> str:
+    """NUMA node ids as a Linux list (`0-1,3`)."""
     return str(CPUSet(nodes))
