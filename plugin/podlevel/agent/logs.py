@@ -24,9 +24,11 @@ _PROCESSORS = (
 
 def logger(name: str) -> structlog.stdlib.BoundLogger:
     """The structured logger over the stdlib logger `name` (independent of structlog's global setup)."""
+    # `wrap_logger` hands out a lazy proxy that builds a new bound logger on every attribute access (every
+    # `isEnabledFor`, every disabled call on the event path); binding once gives the logger itself.
     return cast(
         structlog.stdlib.BoundLogger,
         structlog.wrap_logger(
             logging.getLogger(name), processors=list(_PROCESSORS), wrapper_class=structlog.stdlib.BoundLogger
-        ),
+        ).bind(),
     )

@@ -38,7 +38,7 @@ from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
-from podlevel.engine.manager import Assignment, Engine, NodeState
+from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import CPU, MEMORY, Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
@@ -132,8 +132,7 @@ class Resync:
     """(sandbox id, why) for each pod that could not stay exactly where it was."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Tracked:
+class _Tracked(NamedTuple):
     sandbox_id: str
     name: str
 
@@ -243,7 +242,11 @@ class Placement:
         self.sandboxes: dict[str, Sandbox] = {}
         """Every pod sandbox the runtime has shown, managed or not, by id."""
         self.pod_cgroups: dict[str, PodCgroupSettings] = {}
-        """sandbox id -> what its pod cgroup should hold (admitted pods with a bubble or exclusive CPUs)."""
+        """sandbox id -> what its pod cgroup should hold, for every admitted pod."""
+        self.pod_cgroups_changed: set[str] = set()
+        """Sandbox ids whose `pod_cgroups` entry was set or dropped since `take_pod_cgroup_changes`."""
+        self.admitted_now: PodDecision | None = None
+        """The decision of the pod the last `create` admitted; None when it admitted none."""
         self._flushed_pool = engine.node_shared_pool(self.state)
         """The node shared pool the last handed-out updates followed."""
         self._unsent: set[str] = set()
@@ -267,11 +270,12 @@ class Placement:
         # A sandbox already admitted needs no second read of its annotation: every container of the pod
         # after the first takes this path, and CreateContainer waits on it.
         self.sandboxes[sandbox.id] = sandbox
+        self.admitted_now = None
         uid = self._sandbox_pods.get(sandbox.id)
         pod = self.state.pods.get(uid) if uid is not None else pod_shape(sandbox)
         if pod is not None and pod.uid in self._pods:
             self._verify_container(sandbox, pod, name, resources)
-            self._sandbox_pods[sandbox.id] = pod.uid
+            self._attach(sandbox, pod.uid)
         elif pod is not None:
             self._verify_sandbox(sandbox, pod)
             self._verify_container(sandbox, pod, name, resources)
@@ -332,12 +336,30 @@ class Placement:
         }
         self._sandbox_pods[sandbox.id] = pod.uid
         self._refused.pop(sandbox.id, None)
+        self.admitted_now = decision
         exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
         self.pod_cgroups[sandbox.id] = PodCgroupSettings(
-            f"{pod.namespace}/{pod.name}", pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
+            _pod_text(sandbox), pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
             decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
             self.engine.config.cpu_period_us,
         )
+        self.pod_cgroups_changed.add(sandbox.id)
+
+    def _attach(self, sandbox: Sandbox, uid: str) -> None:
+        """A sandbox of a pod admitted through another sandbox (the kubelet recreated it): it shares the pod's
+        allocations, and its pod cgroup (named by the pod's uid) is wanted as the other sandbox's."""
+        self._sandbox_pods[sandbox.id] = uid
+        if sandbox.id in self.pod_cgroups:
+            return
+        known = next((s for s in self.pod_cgroups.values() if s.pod_uid == uid), None)
+        if known is not None:
+            self.pod_cgroups[sandbox.id] = replace(known, cgroup_parent=sandbox.cgroup_parent)
+            self.pod_cgroups_changed.add(sandbox.id)
+
+    def take_pod_cgroup_changes(self) -> set[str]:
+        """The sandbox ids whose pod cgroup wants changed since the last call (and forget them)."""
+        changed, self.pod_cgroups_changed = self.pod_cgroups_changed, set()
+        return changed
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
@@ -350,7 +372,8 @@ class Placement:
         uid = self._sandbox_pods.pop(sandbox_id, None)
         self._refused.pop(sandbox_id, None)
         self._checked.pop(sandbox_id, None)
-        self.pod_cgroups.pop(sandbox_id, None)
+        if self.pod_cgroups.pop(sandbox_id, None) is not None:
+            self.pod_cgroups_changed.add(sandbox_id)
         self.sandboxes.pop(sandbox_id, None)
         for container_id in self.containers_of(sandbox_id):
             self.remove_container(container_id)
@@ -395,7 +418,7 @@ class Placement:
                 refused[sandbox_id] = str(err)
                 continue
             if pod is not None and pod.uid in self._pods:
-                self._sandbox_pods[sandbox_id] = pod.uid
+                self._attach(by_id[sandbox_id], pod.uid)
             elif pod is not None:
                 held = _recorded_cpus(recorded, pod.uid) if recorded is not None else None
                 waiting.append((by_id[sandbox_id], pod, held or self._held(pod, rows)))
@@ -491,10 +514,6 @@ class Placement:
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
-    def pod_uid(self, sandbox_id: str) -> str | None:
-        """The uid of the sandbox's admitted pod; None when it is not managed or not admitted."""
-        return self._sandbox_pods.get(sandbox_id)
-
     def containers_of(self, sandbox_id: str) -> list[str]:
         return [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]
 
@@ -503,7 +522,7 @@ class Placement:
         return PlacementView(
             self.state,
             dict(self.sandboxes),
-            {cid: (t.sandbox_id, t.name) for cid, t in self._containers.items()},
+            dict(self._containers),
             dict(self.applied),
             dict(self._sandbox_pods),
             frozenset(self._refused),
@@ -546,6 +565,7 @@ class _Undo:
     each container it handed an update out for), the pod it admitted, and the pending-update bookkeeping."""
 
     def __init__(self, placement: Placement, sandbox_id: str, container_id: str) -> None:
+        self._sandbox_id = sandbox_id
         self._state = placement.state
         self._pods = len(placement._pods)
         self._flushed_pool = placement._flushed_pool
@@ -574,6 +594,8 @@ class _Undo:
             placement._pods.popitem()
         placement._flushed_pool = self._flushed_pool
         placement._unsent = self._unsent
+        placement.pod_cgroups_changed.add(self._sandbox_id)
+        placement.admitted_now = None
 
 
 def _recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:

@@ -110,7 +110,7 @@ def _ids(text: str, machine: CPUSet, what: str) -> tuple[CPUSet | None, str | No
     if not text:
         return None, None
     try:
-        ids = CPUSet.parse(text, bound=machine.sorted()[-1] + 1, what=what)
+        ids = CPUSet.parse(text, bound=machine.mask.bit_length(), what=what)
     except InputError as err:
         return None, err.message
     if not ids.is_subset(machine):
@@ -208,7 +208,9 @@ class PodLevelPlugin(Handler):
                 self._saved = current
                 self._save_error = None
         if self.pod_cgroups is not None:
-            self.pod_cgroups.sync(self.placement.pod_cgroups)
+            changed = self.placement.take_pod_cgroup_changes()
+            if changed or self.pod_cgroups.failed:
+                self.pod_cgroups.sync(self.placement.pod_cgroups, changed)
         self._publish()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
@@ -255,7 +257,6 @@ class PodLevelPlugin(Handler):
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         sandbox = sandbox_of(pod)
         name = shown(container.name)  # for log lines: the runtime's names are any text
-        before = self.placement.state
         try:
             settings, changed = self.placement.create(
                 sandbox, container.id, container.name, runtime_resources(container.linux.resources)
@@ -280,11 +281,8 @@ class PodLevelPlugin(Handler):
             self.placement.rollback_create()
             raise RpcError(Code.RESOURCE_EXHAUSTED, f"the adjustment of {name} takes "
                            f"{field_size(adjust)} bytes, over the {MAX_REPLY_BYTES}-byte answer limit")
-        uid = self.placement.pod_uid(sandbox.id)
-        if self.placement.state is not before and uid is not None:
-            # Only an admission changes the node state here: this container's pod was just admitted.
-            now = self.placement.state
-            self.observer.admitted(now, self.placement.engine.decision(now, uid))
+        if self.placement.admitted_now is not None:
+            self.observer.admitted(self.placement.state, self.placement.admitted_now)
         self._cgroups_paths[container.id] = container.linux.cgroups_path
         self._refusals.pop(pod.id, None)
         updates = self._fit(changed, room)

@@ -11,7 +11,7 @@ good, with the rule it broke.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from podlevel.agent.events import Observer
@@ -44,15 +44,16 @@ class PodCgroups:
         self._refused: dict[str, PodCgroupSettings] = {}
         """sandbox id -> settings refused for good (an unsafe path): not tried again until they change."""
 
-    def sync(self, wanted: Mapping[str, PodCgroupSettings]) -> None:
-        """Write every pod cgroup whose wanted settings were not written yet; forget pods that are gone."""
-        for sandbox_id in [sid for sid in self._written if sid not in wanted]:
-            del self._written[sandbox_id]
-        for sandbox_id in [sid for sid in self.failed if sid not in wanted]:
-            del self.failed[sandbox_id]
-            self._refused.pop(sandbox_id, None)
-        for sandbox_id, settings in wanted.items():
-            if self._written.get(sandbox_id) != settings and self._refused.get(sandbox_id) != settings:
+    def sync(self, wanted: Mapping[str, PodCgroupSettings], changed: Iterable[str]) -> None:
+        """Bring the pod cgroups of the `changed` sandboxes, and of those that failed before, in line with
+        `wanted` (a sandbox no longer wanted is forgotten). Every other pod cgroup already holds its wants."""
+        for sandbox_id in {*changed, *self.failed}:
+            settings = wanted.get(sandbox_id)
+            if settings is None:
+                self._written.pop(sandbox_id, None)
+                self.failed.pop(sandbox_id, None)
+                self._refused.pop(sandbox_id, None)
+            elif self._written.get(sandbox_id) != settings and self._refused.get(sandbox_id) != settings:
                 self._apply(sandbox_id, settings)
 
     def _apply(self, sandbox_id: str, settings: PodCgroupSettings) -> None:

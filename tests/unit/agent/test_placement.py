@@ -769,3 +769,23 @@ def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> 
     assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
     assert all("holds no exclusive CPUs under the current settings" in why for why in reasons.values())
     assert all(s.cpu_quota_us is None or s.cpu_quota_us > 0 for s in restarted.applied.values())
+
+
+def test_a_recreated_sandbox_of_an_admitted_pod_keeps_its_pod_cgroup_wanted() -> None:
+    """The kubelet recreates a sandbox of a running pod: the pod keeps its allocations, and its pod cgroup is
+    still wanted after the old sandbox goes."""
+    placement = Placement(new_engine())
+    pod = fast_path()
+    first = sandbox_of(pod)
+    placement.create(first, "fast-app", "app", container_resources(pod, pod.container("app")))
+    again = replace(first, id="sb-fast-again", cgroup_parent="/kubepods/poduid-fast")
+    placement.take_pod_cgroup_changes()
+
+    placement.create(again, "fast-app-2", "app", container_resources(pod, pod.container("app")))
+    placement.remove_sandbox(first.id)
+
+    assert pod.uid in placement.state.pods
+    wanted = placement.pod_cgroups["sb-fast-again"]
+    assert (wanted.pod_uid, wanted.cgroup_parent, wanted.cpus) == (
+        pod.uid, "/kubepods/poduid-fast", placement.state.cpu.pod_entries[pod.uid])
+    assert placement.take_pod_cgroup_changes() == {"sb-fast-again", first.id}
