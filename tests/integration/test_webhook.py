@@ -14,8 +14,17 @@ from typing import Any, Final
 import pytest
 import yaml
 
-from podlevel.podspec.manifest import SHAPE_ANNOTATION
-from support.demo_node import ASSIGNABLE, PODS, RESERVED, Applied, applied, quota_off, wait_applied
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from support.demo_node import (
+    ASSIGNABLE,
+    PODS,
+    RESERVED,
+    Applied,
+    applied,
+    demo_pod,
+    quota_off,
+    wait_applied,
+)
 from testbed.apiserver import WebhookProcess, admit, create_pod
 from testbed.cri import CRI
 from testbed.plugin_process import PluginProcess
@@ -60,4 +69,5 @@ def test_a_demo_pod_admitted_through_the_webhook_is_managed(
     webhook.wait_for_line("pod default/fast-path: pod-shape annotation set", LOG_TIMEOUT_S)
     webhook.wait_for_line("pod default/web: pod-shape annotation removed", LOG_TIMEOUT_S)
     shapes = {p.name: p.annotations.get(SHAPE_ANNOTATION) for p in cri.list_pods()}
-    assert shapes["web"] is None and shapes["fast-path"] is not None, "what the runtime was given"
+    assert shapes["web"] is None, "a forged shape is removed before the runtime sees the pod"
+    assert shapes["fast-path"] == to_annotation(demo_pod("fast-path")), "the shape computed from the spec"

@@ -768,7 +768,10 @@ def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> 
     reasons = dict(restarted.resync.moved)
     assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
     assert all("holds no exclusive CPUs under the current settings" in why for why in reasons.values())
-    assert all(s.cpu_quota_us is None or s.cpu_quota_us > 0 for s in restarted.applied.values())
+    assert {cid: (str(s.cpus), s.assignment, s.cpu_quota_us) for cid, s in restarted.applied.items()} == {
+        cid: ("0-15", Assignment.NODE_SHARED, None)
+        for cid in ("first-log", "first-app", "second-log", "second-app", "third-exclusive")
+    }
 
 
 def test_a_recreated_sandbox_of_an_admitted_pod_keeps_its_pod_cgroup_wanted() -> None:

