@@ -333,8 +333,13 @@ def cpu_max_file(cgroup: Cgroup) -> Path:
 
 def read_cpu_max(cgroup: Cgroup, files: CgroupFiles = FILES) -> tuple[int | None, int]:
     """A cgroup's CFS `(quota_us, period_us)`; quota None is no limit, whichever version spells it."""
-    if cgroup.version == 2:
-        quota, period = files.read(cpu_max_file(cgroup)).split()
-        return (None if quota == "max" else int(quota)), int(period)
-    quota_v1 = int(files.read(cpu_max_file(cgroup)))
-    return (None if quota_v1 < 0 else quota_v1), int(files.read(cgroup.cpu_dir / "cpu.cfs_period_us"))
+    path = cpu_max_file(cgroup)
+    text = files.read(path)
+    try:
+        if cgroup.version == 2:
+            quota, period = text.split()
+            return (None if quota == "max" else int(quota)), int(period)
+        quota_v1 = int(text)
+        return (None if quota_v1 < 0 else quota_v1), int(files.read(cgroup.cpu_dir / "cpu.cfs_period_us"))
+    except ValueError:
+        raise CgroupError(f"{path} holds {text.strip()[:40]!r}, not a CFS quota and period") from None

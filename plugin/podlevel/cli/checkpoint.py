@@ -25,6 +25,7 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.quantity import format_bytes
 from podlevel.state.formats import (
+    NEWEST,
     CorruptCheckpoint,
     CPUCheckpoint,
     Decoded,
@@ -126,7 +127,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"nri-podlevel checkpoint: {args.file}: {err.strerror}", file=sys.stderr)
         return 2
-    target = args.to or decode(data).version
+    target = args.to or NEWEST[decoded.kind]
     print(f"{args.file}: {_NOUN[decoded.kind]} checkpoint V{decoded.version} -> V{target}")
     return 0
 

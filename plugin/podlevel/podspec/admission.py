@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from podlevel.engine.errors import InputError
+from podlevel.podspec.documents import load_json
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, derived_uid, pod_from_spec, to_annotation
 
 API_VERSION: Final = "admission.k8s.io/v1"
@@ -79,9 +80,11 @@ def _request(body: bytes) -> Mapping[str, object]:
     if len(body) > MAX_REVIEW_BYTES:
         raise _NotAPod(f"review of {len(body)} bytes is over the {MAX_REVIEW_BYTES}-byte limit")
     try:
-        document = json.loads(body)
-    except (ValueError, RecursionError) as err:
-        raise _NotAPod(f"body is not JSON: {err}") from None
+        document = load_json(body.decode("utf-8"), "review")
+    except UnicodeDecodeError as err:
+        raise _NotAPod(f"body is not UTF-8: {err}") from None
+    except InputError as err:
+        raise _NotAPod(f"body is not JSON: {err.message}") from None
     if not isinstance(document, dict) or document.get("kind") != "AdmissionReview":
         raise _NotAPod("body is not an AdmissionReview")
     if document.get("apiVersion") != API_VERSION:

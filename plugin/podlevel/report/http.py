@@ -39,7 +39,7 @@ Route = Callable[[Query], Reply]
 def parse_address(address: str) -> tuple[str, int]:
     """`HOST:PORT` (`[::1]:9808` for IPv6); raises ValueError naming the address."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError(f"address {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
 

@@ -28,7 +28,7 @@ OWNER_AND_GROUP: Final = 0o660
 
 def group_id(group: str) -> int:
     """A group given by name or number; raises InputError naming it when the system has no such group."""
-    if group.isdigit():
+    if group.isascii() and group.isdigit():
         return int(group)
     try:
         return grp.getgrnam(group).gr_gid

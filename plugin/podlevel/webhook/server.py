@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _review(self) -> Answer:
         length = self.headers.get("Content-Length", "")
-        if not length.isdigit():
+        if not (length.isascii() and length.isdigit()):
             self.close_connection = True
             return unchanged("", "-", f"request without a usable Content-Length ({length[:20]!r})")
         if int(length) > MAX_REVIEW_BYTES:

@@ -65,7 +65,7 @@ def test_unknown_paths_other_methods_and_broken_views_answer_without_killing_the
     assert get(server, "/healthz")[0] == 200
 
 
-@pytest.mark.parametrize("address", ["9808", "host:", "host:port", "host:70000"])
+@pytest.mark.parametrize("address", ["9808", "host:", "host:port", "host:70000", "host:\u00b2"])
 def test_a_bad_address_is_refused_naming_it(address: str) -> None:
     with pytest.raises(ValueError, match="is not HOST:PORT"):
         parse_address(address)
