@@ -62,12 +62,7 @@ def pod_from_manifest(document: object, where: str = "<input>") -> Pod:
     if kind != "Pod":
         raise InputError("manifest kind", f"{where}: kind is {quote(kind)}, expected 'Pod'")
     metadata = _mapping(manifest.get("metadata"), where, "metadata")
-    name = _name(metadata.get("name"), where, "metadata.name")
-    check_dns1123_subdomain(name, f"{where}: metadata.name")
-    namespace = metadata.get("namespace", "default")
-    if not isinstance(namespace, str) or not namespace:
-        raise InputError("manifest", f"{where}: metadata.namespace must be a non-empty string")
-    check_dns1123_label(namespace, f"{where}: metadata.namespace")
+    name, namespace = identity(metadata, where)
     uid = metadata.get("uid")
     if uid is None:
         uid = derived_uid(namespace, name)
@@ -273,6 +268,17 @@ def _container_json(container: Container) -> dict[str, object]:
     if not container.resources.is_empty():
         body["resources"] = _resources_json(container.resources)
     return body
+
+
+def identity(metadata: Mapping[str, object], where: str) -> tuple[str, str]:
+    """`metadata.name` and `metadata.namespace` (default "default"), held to the API server's name rules."""
+    name = _name(metadata.get("name"), where, "metadata.name")
+    check_dns1123_subdomain(name, f"{where}: metadata.name")
+    namespace = metadata.get("namespace", "default")
+    if not isinstance(namespace, str) or not namespace:
+        raise InputError("manifest", f"{where}: metadata.namespace must be a non-empty string")
+    check_dns1123_label(namespace, f"{where}: metadata.namespace")
+    return name, namespace
 
 
 def _mapping(value: object, where: str, path: str) -> Mapping[str, object]:

@@ -27,6 +27,7 @@ from podlevel.podspec.documents import check_text, yaml_error, yaml_loader
 from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
     derived_uid,
+    identity,
     pod_from_manifest,
     pod_from_spec,
     to_annotation,
@@ -153,11 +154,7 @@ def annotate(text: str, source: str = "<input>") -> str:
 
 def _template(manifest: Mapping[str, object], kind: str, where: str) -> PodSource:
     metadata = _mapping(manifest.get("metadata"), where, "metadata")
-    name, namespace = metadata.get("name"), metadata.get("namespace", "default")
-    if not isinstance(name, str) or not name:
-        raise InputError("manifest", f"{where}: metadata.name is missing or not a non-empty string")
-    if not isinstance(namespace, str) or not namespace:
-        raise InputError("manifest", f"{where}: metadata.namespace must be a non-empty string")
+    name, namespace = identity(metadata, where)
     path = TEMPLATES[kind]
     template = _mapping(_get(manifest, path), where, ".".join(map(str, path)))
     prefix = ".".join(map(str, path)) + ".spec"

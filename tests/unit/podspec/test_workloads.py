@@ -255,3 +255,12 @@ def test_bad_workloads_name_the_rule_and_field(text: str, rule: str, where: str)
     assert caught.value.rule == rule and where in caught.value.message
     with pytest.raises(InputError):
         annotate(text, "w.yaml")
+
+
+def test_a_workload_is_held_to_the_pod_name_rules() -> None:
+    """The same metadata rules as a Pod: a name or namespace the API server refuses is refused here too."""
+    deployment = ("kind: Deployment\nmetadata: {name: Bad_Name}\nspec:\n  template:\n"
+                  "    spec: {containers: [{name: c}]}\n")
+    with pytest.raises(InputError, match=r"d\.yaml: metadata\.name: 'Bad_Name'") as refused:
+        load_pods(deployment, "d.yaml")
+    assert refused.value.rule == "DNS-1123 subdomain"
