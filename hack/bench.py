@@ -36,7 +36,8 @@ The older `nri_create_*` keys are nri-podlevel's churn round trips and its handl
 `nri_synchronize_*` the Synchronize details and `nri_plugin_*` its memory in KiB.
 
 Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
-[--profile]   (--quick: the same keys with fewer samples; --profile: a cProfile of the engine churn on stderr)
+[--profile] [--profile-plugin DIR]   (--quick: the same keys with fewer samples; --profile: a cProfile of the
+engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the churn's first)
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ LIVE_PODS = 500
 SYNC_CONTAINERS = 2000
 MI = 2**20
 PLUGIN_PROCESS_FLAG: Final = "--plugin-process"
+PROFILE_PLUGIN_ENV: Final = "PODLEVEL_BENCH_PROFILE_DIR"
+"""Set by --profile-plugin for the plugin processes, which inherit it."""
 HACK: Final = Path(__file__).resolve().parent
 PLUGIN_SETUP: Final = (
     "as `nri-podlevel run` runs by default where it matters for speed: checkpoints written (and synced) to a "
@@ -257,7 +260,12 @@ def plugin_process(state_dir: str) -> int:
     prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # as `run` does
     metrics = PluginMetrics(lambda: handler.snapshot)
     handler = TimedPlugin(Placement(bench_engine()), StateDir(Path(state_dir)), metrics)
-    Stub.from_environment(handler, observer=metrics).run()
+    profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
+    profiler = cProfile.Profile() if profile_dir else None
+    with profiler or contextlib.nullcontext():
+        Stub.from_environment(handler, observer=metrics).run()
+    if profiler is not None:
+        profiler.dump_stats(Path(str(profile_dir), f"plugin-{os.getpid()}.prof"))
     json.dump(
         {
             "create_ns": handler.create_ns,
@@ -839,6 +847,8 @@ def main() -> int:
     parser.add_argument("--sync-repeats", type=int, help="Synchronize launches per plugin (3; quick 1)")
     parser.add_argument("--go-plugin", metavar="PATH", help="the Go plugin binary (default: build it)")
     parser.add_argument("--profile", action="store_true", help="cProfile the churn, report to stderr")
+    parser.add_argument("--profile-plugin", metavar="DIR",
+                        help="cProfile each nri-podlevel process into DIR/plugin-PID.prof (pstats)")
     parser.add_argument(PLUGIN_PROCESS_FLAG, metavar="STATE_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plugin_process:
@@ -846,6 +856,8 @@ def main() -> int:
     cycles = args.cycles or (1000 if args.quick else 5000)
     nri_cycles = args.nri_cycles or (300 if args.quick else 2000)
     sync_repeats = args.sync_repeats or (1 if args.quick else 3)
+    if args.profile_plugin:
+        os.environ[PROFILE_PLUGIN_ENV] = str(Path(args.profile_plugin).resolve())
     if args.block < 1 or nri_cycles < 2 * args.block:
         parser.error("--block must be at least 1 and --nri-cycles at least two blocks")
     go_binary = go_plugin(args.go_plugin)
