@@ -110,7 +110,12 @@ def _sort_key(key: str | int) -> tuple[int, str | int] | tuple[int, bytes]:
 
 def struct_checksum(value: GoValue) -> int:
     """The checksum of a checkpoint struct (pointer to it, checksum field already 0), as `checksum.New`."""
-    return fnv1a_32(render(value).encode())
+    return rendered_checksum(render(value))
+
+
+def rendered_checksum(rendered: str) -> int:
+    """`struct_checksum` of the value whose `render` is `rendered`."""
+    return fnv1a_32(rendered.encode())
 
 
 def data_checksum(data: str) -> int:

@@ -65,6 +65,7 @@ from podlevel.state.gotypes import (
     fold,
     parse,
 )
+from podlevel.state.newest import NewestEncoder
 
 Kind = Literal["cpu", "memory"]
 _HEAD: Final = Struct("head", (DATA, DATA_CHECKSUM))
@@ -584,9 +585,10 @@ def _with(value: GoValue, name: str, new: GoValue) -> GoValue:
 # Writing.
 
 
-def encode(content: Content, version: int | None = None) -> bytes:
+def encode(content: Content, version: int | None = None, newest: NewestEncoder | None = None) -> bytes:
     """The file bytes of `content` in `version` (default: the newest), as the kubelet would write them.
-    Raises MigrationError for a layout that cannot hold the content."""
+    `newest` keeps fragments between writes of the newest layouts (`state.newest`); without it they are
+    made anew. Raises MigrationError for a layout that cannot hold the content."""
     kind: Kind = "memory" if isinstance(content, MemoryCheckpoint) else "cpu"
     family = _FAMILIES[kind]
     version = NEWEST[kind] if version is None else version
@@ -600,10 +602,19 @@ def encode(content: Content, version: int | None = None) -> bytes:
             "names (the plugin migrates such a file when it starts)"
         )
     if version == NEWEST[kind]:
-        return _encode_newest(family, content)
+        encoder = newest or newest_encoder()
+        if isinstance(content, MemoryCheckpoint):
+            return encoder.memory(content.policy_name, content.machine, content.entries, content.pod_entries)
+        assert isinstance(content, CPUCheckpoint)
+        return encoder.cpu(content.policy_name, content.default, content.entries, content.pod_entries)
     layout = family.layout(version)
     _refuse_lossy(content, layout)
     return layout.struct().encode(_sealed(layout, content)).encode()
+
+
+def newest_encoder() -> NewestEncoder:
+    """An encoder of the newest layouts, whose legacy parts render under the type names writers use."""
+    return NewestEncoder(_CPU.inline[0].names[0], _MEMORY.inline[0].names[0])
 
 
 def _refuse_lossy(content: Content, layout: _Layout) -> None:
@@ -613,20 +624,6 @@ def _refuse_lossy(content: Content, layout: _Layout) -> None:
             f"V{layout.version} has no pod entries: the pod-level assignments (bubbles) of pod"
             f"{'s' if len(pods) > 1 else ''} {', '.join(sorted(pods))} would be lost"
         )
-
-
-def _encode_newest(family: _Family, content: Content) -> bytes:
-    data_struct = checkpoint_struct(family.data_fields, family.data_type)
-    data = data_struct.encode(_value(family.data_fields, content, data_struct.go))
-    legacy = family.inline[0]
-    outer = checkpoint_struct((*legacy.fields, DATA, DATA_CHECKSUM), family.data_type)
-    sealed = _sealed(legacy, content)
-    fields = [
-        *sealed.payload,  # type: ignore[misc]
-        ("Data", scalar(DATA.schema.go, data)),
-        ("DataChecksum", scalar(CHECKSUM.go, str(data_checksum(data)))),
-    ]
-    return outer.encode(go_struct(outer.go, fields)).encode()
 
 
 def _sealed(layout: _Layout, content: Content) -> GoValue:

@@ -293,6 +293,11 @@ class CPUPodEntry(Schema):
     go: str = "state.PodEntry"
     _json: Struct = Struct("state.podEntryJSON", (Field("CPUSet", "cpuSet", String(), omitempty=True),))
 
+    @property
+    def json_field(self) -> Field:
+        """The one field of its JSON form."""
+        return self._json.fields[0]
+
     def zero(self) -> GoValue:
         return self.of(CPUSet())
 
@@ -351,7 +356,7 @@ _CPU_ENTRIES: Final = MapOf("map[string]map[string]string", MapOf("map[string]st
 _CPU_ENTRIES_V1: Final = MapOf("map[string]string", String())
 _CPU_POD_ENTRIES: Final = MapOf("state.PodCPUAssignments", CPUPodEntry())
 
-_MEMORY_TABLE: Final = Struct(
+MEMORY_TABLE: Final = Struct(
     "state.MemoryTable",
     (
         Field("TotalMemSize", "total", Integer("uint64", "uint64")),
@@ -361,19 +366,19 @@ _MEMORY_TABLE: Final = Struct(
         Field("Free", "free", Integer("uint64", "uint64")),
     ),
 )
-_NUMA_NODE_STATE: Final = Struct(
+NUMA_NODE_STATE: Final = Struct(
     "state.NUMANodeState",
     (
         Field("NumberOfAssignments", "numberOfAssignments", Integer()),
         Field(
             "MemoryMap",
             "memoryMap",
-            MapOf("map[v1.ResourceName]*state.MemoryTable", PointerTo("*state.MemoryTable", _MEMORY_TABLE)),
+            MapOf("map[v1.ResourceName]*state.MemoryTable", PointerTo("*state.MemoryTable", MEMORY_TABLE)),
         ),
         Field("Cells", "cells", SliceOf("[]int", Integer())),
     ),
 )
-_BLOCK: Final = Struct(
+BLOCK: Final = Struct(
     "state.Block",
     (
         Field("NUMAAffinity", "numaAffinity", SliceOf("[]int", Integer())),
@@ -381,15 +386,14 @@ _BLOCK: Final = Struct(
         Field("Size", "size", Integer("uint64", "uint64")),
     ),
 )
-_BLOCKS: Final = SliceOf("[]state.Block", _BLOCK)
+_BLOCKS: Final = SliceOf("[]state.Block", BLOCK)
 _MACHINE_STATE: Final = MapOf(
-    "state.NUMANodeMap", PointerTo("*state.NUMANodeState", _NUMA_NODE_STATE), int_keys=True
+    "state.NUMANodeMap", PointerTo("*state.NUMANodeState", NUMA_NODE_STATE), int_keys=True
 )
 _MEMORY_ENTRIES: Final = MapOf("state.ContainerMemoryAssignments", MapOf("map[string][]state.Block", _BLOCKS))
-_MEMORY_POD_ENTRIES: Final = MapOf(
-    "state.PodMemoryAssignments",
-    Struct("state.PodEntry", (Field("MemoryBlocks", "memoryBlocks", _BLOCKS, omitempty=True),)),
-)
+MEMORY_BLOCKS: Final = Field("MemoryBlocks", "memoryBlocks", _BLOCKS, omitempty=True)
+"""The one field of the memory `PodEntry`."""
+_MEMORY_POD_ENTRIES: Final = MapOf("state.PodMemoryAssignments", Struct("state.PodEntry", (MEMORY_BLOCKS,)))
 
 POLICY: Final = Field("PolicyName", "policyName", String())
 DEFAULT_CPU_SET: Final = Field("DefaultCPUSet", "defaultCpuSet", String())

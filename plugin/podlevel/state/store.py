@@ -35,6 +35,7 @@ from podlevel.state.formats import (
     MigrationError,
     decode,
     encode,
+    newest_encoder,
 )
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,9 @@ class StateDir:
         self.path = path
         self._writer = writer
         self._now = now
+        self._newest = newest_encoder()
+        self._written: dict[Path, bytes] = {}
+        """What the last successful `write` left in each file: an unchanged file is not written again."""
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -159,18 +163,27 @@ class StateDir:
 
     def write(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
         """Write the given checkpoints in the newest layouts, both in one step (a policy that is off
-        passes None). Raises OSError when a write fails; the files on disk are then the old ones."""
-        files = [(self.cpu_file, cpu), (self.memory_file, memory)]
+        passes None); a file whose bytes this directory last wrote are the same is left alone. Raises
+        OSError when a write fails; the files on disk are then the old ones."""
+        encoded = {
+            path: encode(content, newest=self._newest)
+            for path, content in ((self.cpu_file, cpu), (self.memory_file, memory))
+            if content is not None
+        }
+        changed = {path: data for path, data in encoded.items() if self._written.get(path) != data}
+        if not changed:
+            return
         staged: list[tuple[Path, Path]] = []
         try:
-            for path, content in files:
-                if content is not None:
-                    staged.append(_stage(path, encode(content), self._writer))
+            for path, data in changed.items():
+                staged.append(_stage(path, data, self._writer))
         except BaseException:
             for temporary, _ in staged:
                 temporary.unlink(missing_ok=True)
             raise
+        self._written = {}  # unknown until the renames are done
         _commit(staged, self.path)
+        self._written = encoded
 
     def load(self, containers: Mapping[str, tuple[str, str]] | None = None) -> LoadedState:
         """Both checkpoints. `containers` (container ID -> (pod UID, container name)) migrates a V1 CPU file

@@ -199,3 +199,31 @@ def test_atomic_write_replaces_and_cleans_up(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         atomic_write(path, b"newer", _failing_writer)
     assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_an_unchanged_file_is_not_written_again(tmp_path: Path) -> None:
+    state = _state_dir(tmp_path)
+    state.write(CPU, MEMORY)
+    inodes = {path.name: path.stat().st_ino for path in tmp_path.iterdir()}
+    moved = CPUCheckpoint("static", CPUSet.parse("0-15"))
+    state.write(moved, MEMORY)
+    assert (tmp_path / MEMORY_STATE_FILE).stat().st_ino == inodes[MEMORY_STATE_FILE]
+    assert (tmp_path / CPU_STATE_FILE).stat().st_ino != inodes[CPU_STATE_FILE]
+    assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == moved
+
+
+def test_after_a_failed_write_both_files_are_written_again(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def fail_second(fd: int, data: bytes) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        os.write(fd, data)
+
+    state = StateDir(tmp_path, writer=fail_second)
+    with pytest.raises(OSError):
+        state.write(CPU, MEMORY)
+    state.write(CPU, MEMORY)
+    assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == CPU
+    assert decode((tmp_path / MEMORY_STATE_FILE).read_bytes()).content == MEMORY
