@@ -1,0 +1,86 @@
+"""Checkpoint writes on a thread of their own, so that an event's answer waits for the disk only when it
+applies what was decided.
+
+The rule the plugin keeps is that a decision is on disk before any answer applies it. An admission is
+decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls images in
+between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do (CreateContainer,
+UpdateContainer, StopContainer, Synchronize) call `wait` first. Meanwhile the write (encoding, temporary
+file, fsync, rename, directory fsync) runs here, where the fsyncs release the interpreter to the event loop.
+
+Every submission is the whole node state, so only the newest one waiting needs writing: a write that falls
+behind skips the states already replaced. A failed write (an OSError, or any other error, which must not
+stop the thread that `wait` depends on) is reported to `on_failure` from this thread, and the next
+submission tries again; `wait` returns either way (a plugin that fails containers because its disk
+is full turns a degraded node into a broken one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
+from podlevel.state.store import StateDir
+
+Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
+
+
+class CheckpointWriter:
+    """Writes the newest submitted checkpoints to `state` in the background; `close` writes what is left."""
+
+    def __init__(
+        self,
+        state: StateDir,
+        on_failure: Callable[[Exception], None],
+        on_success: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.state = state
+        self._on_failure = on_failure
+        self._on_success = on_success
+        self._changed = threading.Condition()
+        self._pending: Contents | None = None
+        self._submitted = 0
+        self._attempted = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
+        """Write these contents soon, replacing any submitted before that are not written yet."""
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("checkpoint writer closed")
+            self._pending = (cpu, memory)
+            self._submitted += 1
+            self._changed.notify_all()
+
+    def wait(self) -> None:
+        """Return once everything submitted so far was written, or its write failed."""
+        with self._changed:
+            wanted = self._submitted
+            self._changed.wait_for(lambda: self._attempted >= wanted)
+
+    def close(self) -> None:
+        """Write what is pending, then stop the thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                contents, self._pending = self._pending, None
+                generation = self._submitted
+            try:
+                self.state.write(*contents)
+            except Exception as err:
+                self._on_failure(err)
+            else:
+                self._on_success()
+            with self._changed:
+                self._attempted = generation
+                self._changed.notify_all()

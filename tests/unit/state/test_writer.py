@@ -1,0 +1,79 @@
+"""The background checkpoint writer: answers wait for what was submitted, newer states replace older ones."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+from podlevel.engine.cpuset import CPUSet
+from podlevel.state.formats import CPUCheckpoint, decode
+from podlevel.state.store import CPU_STATE_FILE, StateDir
+from podlevel.state.writer import CheckpointWriter
+
+
+def _cpu(cpus: str) -> CPUCheckpoint:
+    return CPUCheckpoint("static", CPUSet.parse(cpus))
+
+
+def _on_disk(path: Path) -> object:
+    return decode((path / CPU_STATE_FILE).read_bytes()).content
+
+
+def test_wait_returns_once_the_submitted_state_is_on_disk(tmp_path: Path) -> None:
+    writer = CheckpointWriter(StateDir(tmp_path), on_failure=lambda err: None)
+    writer.submit(_cpu("0-3"), None)
+    writer.wait()
+    assert _on_disk(tmp_path) == _cpu("0-3")
+    writer.close()
+
+
+def test_states_submitted_while_a_write_runs_are_replaced_by_the_newest(tmp_path: Path) -> None:
+    started, release = threading.Event(), threading.Event()
+    written: list[bytes] = []
+
+    def slow(fd: int, data: bytes) -> None:
+        started.set()
+        release.wait()
+        written.append(data)
+        os.write(fd, data)
+
+    writer = CheckpointWriter(StateDir(tmp_path, writer=slow), on_failure=lambda err: None)
+    writer.submit(_cpu("0"), None)
+    started.wait()
+    writer.submit(_cpu("1"), None)
+    writer.submit(_cpu("2"), None)
+    release.set()
+    writer.wait()
+    assert _on_disk(tmp_path) == _cpu("2")
+    assert len(written) == 2  # "1" was never written: "2" replaced it while "0" was being written
+    writer.close()
+
+
+def test_a_failed_write_is_reported_and_does_not_block_the_answer(tmp_path: Path) -> None:
+    failures: list[Exception] = []
+    attempts: list[int] = []
+
+    def full_then_fine(fd: int, data: bytes) -> None:
+        attempts.append(fd)
+        if len(attempts) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.write(fd, data)
+
+    writer = CheckpointWriter(StateDir(tmp_path, writer=full_then_fine), on_failure=failures.append)
+    writer.submit(_cpu("0-1"), None)
+    writer.wait()
+    assert [str(err) for err in failures] == ["[Errno 28] No space left on device"]
+    assert not (tmp_path / CPU_STATE_FILE).exists()
+    writer.submit(_cpu("0-1"), None)
+    writer.wait()
+    assert _on_disk(tmp_path) == _cpu("0-1")
+    writer.close()
+
+
+def test_close_writes_what_is_pending(tmp_path: Path) -> None:
+    writer = CheckpointWriter(StateDir(tmp_path), on_failure=lambda err: None)
+    writer.submit(_cpu("5"), None)
+    writer.close()
+    assert _on_disk(tmp_path) == _cpu("5")
