@@ -4,7 +4,8 @@ The plugin writes both checkpoints at every admission and release, before the an
 their cost is on the container-creation path. Building the whole `GoValue` model, encoding it, reading it
 back and rendering it for the checksum (what `formats` does for the older layouts) grows with every pod on
 the node; here each pod's JSON text and spew rendering are made once and kept while its entries stay equal,
-and a write joins the fragments, escapes the `data` string and hashes the two texts. The bytes are the ones
+and a write joins the fragments (each also kept escaped, as it reads inside the `data` string) and hashes
+the two texts. The bytes are the ones
 the model gives: the JSON of `gotypes` and the rendering of `checksum`, in the same order (map keys sorted by
 their text, which for valid strings is the bytewise order both Go's encoder and spew use; integer keys of
 the machine state numerically in the rendering).
@@ -69,30 +70,41 @@ _CPU_POD_ENTRIES_KEY, _MEMORY_POD_ENTRIES_KEY = _key(CPU_POD_ENTRIES), _key(MEMO
 _DATA_KEY, _DATA_CHECKSUM_KEY = _key(DATA), _key(DATA_CHECKSUM)
 
 
+def _escaped(text: str) -> str:
+    """`text` as it reads inside a JSON string Go wrote. Escaping goes character by character, so the
+    escaped `data` string is the escaped fragments joined."""
+    return encode_string(text)[1:-1]
+
+
 class _Fragments(Generic[V]):
-    """Per pod UID: the value its fragments were made from, and the fragments (JSON, rendering)."""
+    """Per pod UID: the value its fragments were made from, and the fragments (JSON, that JSON escaped as
+    a string, rendering)."""
 
     def __init__(self, make: Callable[[str, V], tuple[str, str]]) -> None:
         self._make = make
-        self._made: dict[str, tuple[V, str, str]] = {}
+        self._made: dict[str, tuple[V, str, str, str]] = {}
 
-    def of(self, entries: Mapping[str, V]) -> tuple[str, str]:
-        """The JSON members and the spew map entries of `entries`, in key order; pods gone are forgotten."""
+    def of(self, entries: Mapping[str, V]) -> tuple[str, str, str]:
+        """The JSON members (plain and escaped) and the spew map entries of `entries`, in key order; pods
+        gone are forgotten."""
         made = self._made
         json_parts: list[str] = []
+        escaped_parts: list[str] = []
         shown_parts: list[str] = []
         for uid in sorted(entries):
             value = entries[uid]
             kept = made.get(uid)
             if kept is None or (kept[0] is not value and kept[0] != value):
-                kept = (value, *self._make(uid, value))
+                json_text, shown_text = self._make(uid, value)
+                kept = (value, json_text, _escaped(json_text), shown_text)
                 made[uid] = kept
             json_parts.append(kept[1])
-            shown_parts.append(kept[2])
+            escaped_parts.append(kept[2])
+            shown_parts.append(kept[3])
         if len(made) > len(entries):
             for uid in [uid for uid in made if uid not in entries]:
                 del made[uid]
-        return ",".join(json_parts), " ".join(shown_parts)
+        return ",".join(json_parts), ",".join(escaped_parts), " ".join(shown_parts)
 
 
 def _container_map(uid: str, containers: Mapping[str, str], shown: Mapping[str, str]) -> tuple[str, str]:
@@ -174,11 +186,16 @@ def _member(key: str, members: str) -> str:
     return f",{key}{{{members}}}" if members else ""
 
 
-def _file(legacy_json: str, shown: str, data: str) -> bytes:
-    """The legacy fields, their checksum, and `data` with its checksum."""
+def _escaped_member(key: str, escaped_members: str) -> str:
+    """`_member` escaped, from its members escaped."""
+    return f"{_escaped(f',{key}{{')}{escaped_members}}}" if escaped_members else ""
+
+
+def _file(legacy_json: str, shown: str, data: str, escaped_data: str) -> bytes:
+    """The legacy fields, their checksum, and `data` (and escaped) with its checksum."""
     return (
-        f"{{{legacy_json},{_LEGACY_CHECKSUM[0]}{rendered_checksum(shown)},"
-        f"{_DATA_KEY}{encode_string(data)},{_DATA_CHECKSUM_KEY}{data_checksum(data)}}}"
+        f'{{{legacy_json},{_LEGACY_CHECKSUM[0]}{rendered_checksum(shown)},'
+        f'{_DATA_KEY}"{escaped_data}",{_DATA_CHECKSUM_KEY}{data_checksum(data)}}}'
     ).encode()
 
 
@@ -202,17 +219,21 @@ class NewestEncoder:
         pod_entries: Mapping[str, CPUSet],
     ) -> bytes:
         default_text = str(default)
-        entries_json, entries_shown = self._cpu.of(entries)
-        legacy = (
-            f"{_POLICY[0]}{encode_string(policy)},{_DEFAULT[0]}{encode_string(default_text)}"
-            f"{_member(_CPU_ENTRIES[0], entries_json)}"
-        )
-        data = f"{{{legacy}{_member(_CPU_POD_ENTRIES_KEY, self._cpu_pods.of(pod_entries)[0])}}}"
+        head = f"{_POLICY[0]}{encode_string(policy)},{_DEFAULT[0]}{encode_string(default_text)}"
+        entries_json, entries_escaped, entries_shown = self._cpu.of(entries)
+        pods_json, pods_escaped, _ = self._cpu_pods.of(pod_entries)
+        legacy = head + _member(_CPU_ENTRIES[0], entries_json)
         shown = (
             f"(*state.{self._cpu_type}){{{_POLICY[1]}{policy} {_DEFAULT[1]}{default_text} "
             f"{_CPU_ENTRIES[1]}map[{entries_shown}] {_LEGACY_CHECKSUM[1]}0}}"
         )
-        return _file(legacy, shown, data)
+        return _file(
+            legacy,
+            shown,
+            f"{{{legacy}{_member(_CPU_POD_ENTRIES_KEY, pods_json)}}}",
+            f"{_escaped('{' + head)}{_escaped_member(_CPU_ENTRIES[0], entries_escaped)}"
+            f"{_escaped_member(_CPU_POD_ENTRIES_KEY, pods_escaped)}}}",
+        )
 
     def memory(
         self,
@@ -222,14 +243,18 @@ class NewestEncoder:
         pod_entries: Mapping[str, tuple[MemoryBlock, ...]],
     ) -> bytes:
         machine_json, machine_shown = _machine(machine)
-        entries_json, entries_shown = self._memory.of(entries)
-        legacy = (
-            f"{_POLICY[0]}{encode_string(policy)},{_MACHINE[0]}{machine_json}"
-            f"{_member(_MEMORY_ENTRIES[0], entries_json)}"
-        )
-        data = f"{{{legacy}{_member(_MEMORY_POD_ENTRIES_KEY, self._memory_pods.of(pod_entries)[0])}}}"
+        head = f"{_POLICY[0]}{encode_string(policy)},{_MACHINE[0]}{machine_json}"
+        entries_json, entries_escaped, entries_shown = self._memory.of(entries)
+        pods_json, pods_escaped, _ = self._memory_pods.of(pod_entries)
+        legacy = head + _member(_MEMORY_ENTRIES[0], entries_json)
         shown = (
             f"(*state.{self._memory_type}){{{_POLICY[1]}{policy} {_MACHINE[1]}{machine_shown} "
             f"{_MEMORY_ENTRIES[1]}map[{entries_shown}] {_LEGACY_CHECKSUM[1]}0}}"
         )
-        return _file(legacy, shown, data)
+        return _file(
+            legacy,
+            shown,
+            f"{{{legacy}{_member(_MEMORY_POD_ENTRIES_KEY, pods_json)}}}",
+            f"{_escaped('{' + head)}{_escaped_member(_MEMORY_ENTRIES[0], entries_escaped)}"
+            f"{_escaped_member(_MEMORY_POD_ENTRIES_KEY, pods_escaped)}}}",
+        )
