@@ -1,14 +1,13 @@
 """The newest checkpoint layouts (CPU V4, memory V3), written from per-pod fragments kept between writes.
 
-The plugin writes both checkpoints at every admission and release, before the answer that applies it, so
-their cost is on the container-creation path. Building the whole `GoValue` model, encoding it, reading it
+The plugin writes both checkpoints at every admission and release, before any answer applies it, so their
+cost lands on the container-creation path. Building the whole `GoValue` model, encoding it, reading it
 back and rendering it for the checksum (what `formats` does for the older layouts) grows with every pod on
 the node; here each pod's JSON text and spew rendering are made once and kept while its entries stay equal,
 and a write joins the fragments (each also kept escaped, as it reads inside the `data` string) and hashes
-the two texts. The bytes are the ones
-the model gives: the JSON of `gotypes` and the rendering of `checksum`, in the same order (map keys sorted by
-their text, which for valid strings is the bytewise order both Go's encoder and spew use; integer keys of
-the machine state numerically in the rendering).
+the two texts. The bytes are the ones the model gives: the JSON of `gotypes` and the rendering of
+`checksum`, in the same order (map keys sorted by their text, which for valid strings is the bytewise order
+both Go's encoder and spew use; integer keys of the machine state numerically in the rendering).
 
 The legacy inline part is hashed as its reader decodes it: `entries` left out by `omitempty` reads back as
 the empty map the kubelet's constructor allocates, which renders as `map[]`.
