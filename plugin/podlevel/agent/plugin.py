@@ -23,6 +23,7 @@ Each decision is logged once, as a sentence with its fields (`agent.logs`), and 
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -221,6 +222,20 @@ class PodLevelPlugin(Handler):
                  self.placement.engine.topology.describe(), runtime=runtime.name, version=runtime.version)
 
     def synchronize(
+        self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
+    ) -> list[api.ContainerUpdate]:
+        """Reconcile with everything the runtime runs. The cyclic garbage collector is paused meanwhile: the
+        handler builds tens of thousands of objects that live on (the node's placement), none of them garbage,
+        and the collector would walk them dozens of times (a quarter of a 2,000-container Synchronize)."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._synchronize(pods, containers)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _synchronize(
         self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
     ) -> list[api.ContainerUpdate]:
         live = (api.CONTAINER_CREATED, api.CONTAINER_RUNNING, api.CONTAINER_PAUSED)
