@@ -47,6 +47,7 @@ import collections
 import contextlib
 import cProfile
 import dataclasses
+import gc
 import json
 import os
 import pstats
@@ -65,12 +66,12 @@ from typing import IO, Final, NamedTuple, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 
-import prometheus_client
 from google.protobuf.message import Message
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.cli.logs import configure_logging
+from podlevel.cli.run import plugin_metrics
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
@@ -257,11 +258,11 @@ def plugin_process(state_dir: str) -> int:
     """Serve the launch socket as `nri-podlevel run` would (see PLUGIN_SETUP) until the runtime closes it,
     then print the handler times as JSON."""
     configure_logging("info", "auto")
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # as `run` does
-    metrics = PluginMetrics(lambda: handler.snapshot)
+    metrics = plugin_metrics(lambda: handler.snapshot)
     handler = TimedPlugin(Placement(bench_engine()), StateDir(Path(state_dir)), metrics)
     profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
     profiler = cProfile.Profile() if profile_dir else None
+    gc.freeze()  # as `run` does once started
     with profiler or contextlib.nullcontext():
         Stub.from_environment(handler, observer=metrics).run()
     if profiler is not None:
