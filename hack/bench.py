@@ -35,9 +35,17 @@ alternating by block. nri-podlevel runs as `nri-podlevel run` does by default wh
 The older `nri_create_*` keys are nri-podlevel's churn round trips and its handler's own time,
 `nri_synchronize_*` the Synchronize details and `nri_plugin_*` its memory in KiB.
 
+Scale: `--live-containers N` runs the NRI churn at N live containers (the mix's 100 CPU-holding pods, then
+Burstable pods; 2000 for the 2,000-container node), `--topology SPEC` puts every part on another node
+(`sockets=4,nodes-per-socket=2,cores-per-node=32,threads-per-core=2,memory-per-node=64Gi` for 4 sockets x 2
+NUMA nodes x 32 cores x 2 threads); `engine_topology`, `nri_topology`, `nri_live_pods` and
+`nri_live_containers` tell the runs apart. The plugin's time per event should stay flat as N grows, but for
+the updates it must send (`moving_others_updates_mean`).
+
 Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
-[--profile] [--profile-plugin DIR]   (--quick: the same keys with fewer samples; --profile: a cProfile of the
-engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the churn's first)
+[--live-containers N] [--topology SPEC] [--profile] [--profile-plugin DIR]   (--quick: the same keys with
+fewer samples; --profile: a cProfile of the engine churn on stderr; --profile-plugin: a cProfile of each
+nri-podlevel process, the churn's first)
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import collections
 import contextlib
 import cProfile
 import dataclasses
+import gc
 import json
 import os
 import pstats
@@ -65,12 +74,12 @@ from typing import IO, Final, NamedTuple, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 
-import prometheus_client
 from google.protobuf.message import Message
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.cli.logs import configure_logging
+from podlevel.cli.run import plugin_metrics
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
@@ -87,6 +96,8 @@ from podlevel.ttrpc.codec import Connection, Inbound, Request, Response, Role
 
 TOPOLOGY = "sockets=2,nodes-per-socket=4,cores-per-node=16,threads-per-core=2,memory-per-node=64Gi"
 LIVE_PODS = 500
+LIVE_CONTAINERS = 560
+"""The NRI churn's node: the mix's 500 pods."""
 SYNC_CONTAINERS = 2000
 MI = 2**20
 PLUGIN_PROCESS_FLAG: Final = "--plugin-process"
@@ -148,9 +159,18 @@ def _shapes() -> Iterator[Callable[[str], Pod]]:
                 yield shape
 
 
-def bench_engine() -> Engine:
-    """The large node with the default settings: the first core and 100Mi on node 0 reserved."""
-    topology = from_spec(TOPOLOGY)
+def mix_shapes(containers: int) -> list[Callable[[str], Pod]]:
+    """The mix's pods holding CPUs (60 bubbles, 40 classic Guaranteed), then Burstable pods up to
+    `containers` containers (at LIVE_CONTAINERS, the mix's 500 pods)."""
+    holders = [shape for count, shape in MIX[:2] for _ in range(count)]
+    held = sum(len(shape("shape").all_containers) for shape in holders)
+    return holders + [_burstable] * max(0, containers - held)
+
+
+def bench_engine(spec: str = TOPOLOGY) -> Engine:
+    """The large node (`spec`, `topology.from_spec`) with the default settings: the first core and 100Mi on
+    node 0 reserved."""
+    topology = from_spec(spec)
     return Engine(
         topology,
         EngineConfig(
@@ -160,8 +180,8 @@ def bench_engine() -> Engine:
     )
 
 
-def engine_numbers(cycles: int, profile: bool) -> dict[str, object]:
-    engine = bench_engine()
+def engine_numbers(cycles: int, profile: bool, spec: str) -> dict[str, object]:
+    engine = bench_engine(spec)
     state: NodeState = engine.initial_state()
     live: collections.deque[Pod] = collections.deque()
     shapes = _shapes()
@@ -207,7 +227,7 @@ def engine_numbers(cycles: int, profile: bool) -> dict[str, object]:
     assert len(state.pods) == LIVE_PODS
 
     return {
-        "engine_topology": TOPOLOGY,
+        "engine_topology": spec,
         "engine_live_pods": LIVE_PODS,
         "engine_cycles": cycles,
         "engine_fill_admissions_per_second": round(LIVE_PODS / fill_seconds),
@@ -253,15 +273,15 @@ class TimedPlugin(PodLevelPlugin):
             self.synchronize_ns.append(time.perf_counter_ns() - started)
 
 
-def plugin_process(state_dir: str) -> int:
+def plugin_process(state_dir: str, spec: str) -> int:
     """Serve the launch socket as `nri-podlevel run` would (see PLUGIN_SETUP) until the runtime closes it,
     then print the handler times as JSON."""
     configure_logging("info", "auto")
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # as `run` does
-    metrics = PluginMetrics(lambda: handler.snapshot)
-    handler = TimedPlugin(Placement(bench_engine()), StateDir(Path(state_dir)), metrics)
+    metrics = plugin_metrics(lambda: handler.snapshot)
+    handler = TimedPlugin(Placement(bench_engine(spec)), StateDir(Path(state_dir)), metrics)
     profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
     profiler = cProfile.Profile() if profile_dir else None
+    gc.freeze()  # as `run` does once started
     with profiler or contextlib.nullcontext():
         Stub.from_environment(handler, observer=metrics).run()
     if profiler is not None:
@@ -427,13 +447,18 @@ def launched_plugin(command: Sequence[str]) -> Iterator[LaunchedPlugin]:
             plugin.kill()
 
 
+def plugin_command(state_dir: str, spec: str) -> list[str]:
+    """How this script launches nri-podlevel (`plugin_process`) on the node `spec`."""
+    return [sys.executable, __file__, "--topology", spec, PLUGIN_PROCESS_FLAG, state_dir]
+
+
 @contextlib.contextmanager
-def ours_and_go(go_binary: str) -> Iterator[tuple[LaunchedPlugin, LaunchedPlugin]]:
+def ours_and_go(go_binary: str, spec: str) -> Iterator[tuple[LaunchedPlugin, LaunchedPlugin]]:
     """nri-podlevel (on a fresh state dir) and the no-op Go plugin, launched one after the other; the Go
     plugin subscribes to what nri-podlevel answered Configure with. Both handshakes are done on an empty
     node, so each is then ready for events."""
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, launched_plugin(
-        [sys.executable, __file__, PLUGIN_PROCESS_FLAG, state_dir]
+        plugin_command(state_dir, spec)
     ) as ours:
         ours.handshake([], [])
         with launched_plugin([go_binary, "-noop", go_event_names(ours.events)]) as go:
@@ -695,16 +720,16 @@ def _updates(method: str, payload: bytes) -> int:
     return len(reply.update) if isinstance(reply, answers) else 0
 
 
-def nri_create_numbers(cycles: int, block: int, go_binary: str) -> dict[str, object]:
-    """Fill to LIVE_PODS pods, Burstable pods first so that every later bubble and exclusive container moves
-    all of them (the answers carrying the most updates), then churn `cycles` times: stop and remove the oldest
-    pod of the documentation's pod-level shape, start a new one. Every call goes to both plugins, `block`
-    pods at a time, in alternating order; steady-state numbers come from the churn."""
-    fill = [shape for count, shape in reversed(MIX) for _ in range(count)]
+def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live: int) -> dict[str, object]:
+    """Fill to `mix_shapes(live)` on the node `spec`, Burstable pods first so that every later bubble and
+    exclusive container moves all of them (the answers carrying the most updates), then churn `cycles` times:
+    stop and remove the oldest pod of the documentation's pod-level shape, start a new one. Every call goes to
+    both plugins, `block` pods at a time, in alternating order; steady-state numbers come from the churn."""
+    fill = mix_shapes(live)[::-1]
     pods = (shape(f"pod-{serial}") for serial, shape in enumerate(fill))
     churned: collections.deque[Pod] = collections.deque()
     trips: list[Trip] = []
-    with ours_and_go(go_binary) as plugins:
+    with ours_and_go(go_binary, spec) as plugins:
         ours, go = plugins
         mask = ours.events
         for number, batch in enumerate(_batches(pods, block)):
@@ -733,7 +758,8 @@ def nri_create_numbers(cycles: int, block: int, go_binary: str) -> dict[str, obj
         "go_noop_rss_mb_peak": round(peak / 1024, 1),
         **{f"{who}_startup_to_registered_ms": round(ns / 1e6, 1) for who, ns in startup.items()},
         "startup_to_registered_ratio": ratio(startup["nri"], startup["go_noop"]),
-        "nri_live_pods": LIVE_PODS,
+        "nri_topology": spec,
+        "nri_live_pods": len(fill),
         "nri_live_containers": sum(1 for t in trips if not t.churn and t.label in (FIRST, LATER)),
         "nri_create_containers_timed": len(ours_creates),
         **_summary_us("nri_create_container", ours_creates),
@@ -754,17 +780,12 @@ def _summary_us(prefix: str, nanoseconds: Sequence[int]) -> dict[str, float]:
     }
 
 
-def sync_node() -> tuple[list[api.PodSandbox], list[api.Container], dict[str, Settings]]:
-    """The mix's pods holding CPUs (60 bubbles, 40 classic Guaranteed), then Burstable pods up to
-    SYNC_CONTAINERS containers; and where a plugin that created them put each container."""
-    shapes = [shape for count, shape in MIX[:2] for _ in range(count)]
-    pods = [shape(f"sync-{i}") for i, shape in enumerate(shapes)]
-    containers = sum(len(pod.all_containers) for pod in pods)
-    while containers < SYNC_CONTAINERS:
-        pods.append(_burstable(f"sync-{len(pods)}"))
-        containers += 1
+def sync_node(spec: str) -> tuple[list[api.PodSandbox], list[api.Container], dict[str, Settings]]:
+    """`mix_shapes(SYNC_CONTAINERS)` on the node `spec`, and where a plugin that created them put each
+    container."""
+    pods = [shape(f"sync-{i}") for i, shape in enumerate(mix_shapes(SYNC_CONTAINERS))]
     sandboxes = [sandbox_message(pod) for pod in pods]
-    placement = Placement(bench_engine())
+    placement = Placement(bench_engine(spec))
     listed = []
     for pod, sandbox in zip(pods, sandboxes, strict=True):
         for container in pod.all_containers:
@@ -785,18 +806,18 @@ def _synchronized(command: Sequence[str], sandboxes: Sequence[api.PodSandbox],
         return elapsed, len(answer.update), rss_kib, plugin.finish()
 
 
-def nri_synchronize_numbers(repeats: int, go_binary: str) -> dict[str, object]:
+def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str, object]:
     """Synchronize of SYNC_CONTAINERS containers into freshly launched plugins, `repeats` times each, the
     order alternating: nri-podlevel with every container already where it belongs (a restart) and with no
     cpuset set anywhere, and the Go plugin with the first listing; medians."""
-    sandboxes, containers, placed = sync_node()
+    sandboxes, containers, placed = sync_node(spec)
     in_place = []
     for container in containers:
         copy = api.Container()
         copy.CopyFrom(container)
         copy.linux.resources.cpu.MergeFrom(linux_cpu(placed[container.id]))
         in_place.append(copy)
-    events = go_event_names(subscribed_events(PodLevelPlugin(Placement(bench_engine()))))
+    events = go_event_names(subscribed_events(PodLevelPlugin(Placement(bench_engine(spec)))))
     elapsed: dict[str, list[int]] = collections.defaultdict(list)
     handler_ns: dict[str, list[int]] = collections.defaultdict(list)
     updates: dict[str, int] = {}
@@ -806,7 +827,7 @@ def nri_synchronize_numbers(repeats: int, go_binary: str) -> dict[str, object]:
         for label, listed in runs if repeat % 2 == 0 else reversed(runs):
             with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
                 command = ([go_binary, "-noop", events] if label == "go_noop" else
-                           [sys.executable, __file__, PLUGIN_PROCESS_FLAG, state_dir])
+                           plugin_command(state_dir, spec))
                 ns, updates[label], rss[label], out = _synchronized(command, sandboxes, listed)
             elapsed[label].append(ns)
             if label != "go_noop":
@@ -849,10 +870,15 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the churn, report to stderr")
     parser.add_argument("--profile-plugin", metavar="DIR",
                         help="cProfile each nri-podlevel process into DIR/plugin-PID.prof (pstats)")
+    parser.add_argument("--topology", metavar="SPEC", default=TOPOLOGY,
+                        help="the node of every part, as `topology.from_spec` reads it (%(default)s)")
+    parser.add_argument("--live-containers", metavar="N", type=int, default=LIVE_CONTAINERS,
+                        help="containers live through the NRI churn: the mix's CPU holders, then Burstable "
+                             "pods (%(default)s: the mix's 500 pods)")
     parser.add_argument(PLUGIN_PROCESS_FLAG, metavar="STATE_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plugin_process:
-        return plugin_process(args.plugin_process)
+        return plugin_process(args.plugin_process, args.topology)
     cycles = args.cycles or (1000 if args.quick else 5000)
     nri_cycles = args.nri_cycles or (300 if args.quick else 2000)
     sync_repeats = args.sync_repeats or (1 if args.quick else 3)
@@ -863,9 +889,9 @@ def main() -> int:
     go_binary = go_plugin(args.go_plugin)
     started = time.perf_counter()
     numbers: dict[str, object] = {"nri_plugin_setup": PLUGIN_SETUP, "go_noop_plugin": GO_SETUP}
-    numbers.update(engine_numbers(cycles, args.profile))
-    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary))
-    numbers.update(nri_synchronize_numbers(sync_repeats, go_binary))
+    numbers.update(engine_numbers(cycles, args.profile, args.topology))
+    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary, args.topology, args.live_containers))
+    numbers.update(nri_synchronize_numbers(sync_repeats, go_binary, args.topology))
     numbers["bench_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(numbers, indent=2))
     return 0

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NoReturn
-
-import prometheus_client
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
@@ -36,13 +35,16 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
-from podlevel.report.http import ReportServer, Route, probes
-from podlevel.report.metrics import PluginMetrics, metrics_route
-from podlevel.report.podresources import DEFAULT_SOCKET, PodResourcesServer
-from podlevel.report.views import views
+from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
 from podlevel.state.engine_state import recorded_cpus
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
+
+if TYPE_CHECKING:
+    from podlevel.agent.snapshot import NodeSnapshot
+    from podlevel.report.http import ReportServer
+    from podlevel.report.metrics import PluginMetrics
+    from podlevel.report.podresources import PodResourcesServer
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
 DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:9808"
@@ -61,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the checkpoints live, created 0700 (%(default)s)")
     parser.add_argument("--metrics-address", default=DEFAULT_METRICS_ADDRESS,
                         help="HOST:PORT of probes and metrics (%(default)s); empty: off")
-    parser.add_argument("--podresources-socket", default=str(DEFAULT_SOCKET),
+    parser.add_argument("--podresources-socket", default=str(DEFAULT_PODRESOURCES_SOCKET),
                         help="socket of the PodResources v1 service (%(default)s), mode 0600; empty: off")
     parser.add_argument("--podresources-socket-group", default="", metavar="NAME|GID",
                         help="open the PodResources socket to this group too (mode 0660)")
@@ -185,8 +187,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level, args.log_format)
     restrict_umask()
-    # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives.
-    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
     for notice in args.notices:
         logging.getLogger("podlevel.cli").warning("%s", notice)
     try:
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         engine = Engine(topology, engine_config(args, topology))
         state = StateDir(Path(args.state_dir))
         # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
-        metrics = PluginMetrics(lambda: handler.snapshot) if args.metrics_address else None
+        metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
         observer = metrics or Observer()
         handler = PodLevelPlugin(
             Placement(engine, recorded=_recorded(state, engine)),
@@ -207,13 +207,8 @@ def run(args: argparse.Namespace) -> int:
             check_launched_socket(stub.socket_fd)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
-        routes = report_routes(stub, metrics, handler) if metrics else {}
-        server = ReportServer(args.metrics_address, routes) if metrics else None
-        podresources = (
-            PodResourcesServer(Path(args.podresources_socket), lambda: handler.snapshot,
-                               group=args.podresources_socket_group)
-            if args.podresources_socket else None
-        )
+        server = report_server(args.metrics_address, stub, metrics, handler) if metrics else None
+        podresources = podresources_server(args, handler) if args.podresources_socket else None
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -226,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
         server.start()
     if podresources is not None:
         podresources.start()
+    # What start-up made (modules, classes, the engine's tables) lives as long as the process: out of the
+    # cyclic collector's sight, its full collections walk only what the events made.
+    gc.freeze()
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
@@ -251,10 +249,34 @@ def check_launched_socket(fd: int | None) -> None:
         raise InputError("NRI_PLUGIN_SOCKET", f"fd {fd} is not a socket")
 
 
-def report_routes(stub: Stub, metrics: PluginMetrics, plugin: PodLevelPlugin) -> dict[str, Route]:
-    """What the HTTP endpoint serves: the probes (ready while registered and synchronized), `/metrics`, and
-    the operator views (`report.views`)."""
+def plugin_metrics(snapshot: Callable[[], NodeSnapshot]) -> PluginMetrics:
+    """The plugin's metrics, reading the handler's snapshots. The Prometheus client is imported only for
+    them: a plugin without a metrics endpoint does without it."""
+    import prometheus_client
+
+    from podlevel.report.metrics import PluginMetrics
+
+    # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives.
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
+    return PluginMetrics(snapshot)
+
+
+def report_server(address: str, stub: Stub, metrics: PluginMetrics, plugin: PodLevelPlugin) -> ReportServer:
+    """The HTTP endpoint: the probes (ready while registered and synchronized), `/metrics`, and the operator
+    views (`report.views`)."""
+    from podlevel.report.http import ReportServer, probes
+    from podlevel.report.metrics import metrics_route
+    from podlevel.report.views import views
+
     routes = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
     routes["/metrics"] = metrics_route(metrics)
     routes.update(views(lambda: plugin.snapshot, plugin.placement.decisions))
-    return routes
+    return ReportServer(address, routes)
+
+
+def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> PodResourcesServer:
+    """The PodResources service; gRPC is imported only for it."""
+    from podlevel.report.podresources import PodResourcesServer
+
+    return PodResourcesServer(Path(args.podresources_socket), lambda: plugin.snapshot,
+                              group=args.podresources_socket_group)

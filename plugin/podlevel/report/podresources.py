@@ -39,11 +39,11 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.manager import Assignment
 from podlevel.engine.memory_policy import MemoryBlock, container_requests
 from podlevel.engine.pod import ContainerKind
+from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
 from podlevel.report.unix_socket import bind_private, group_id, remove_if_same
 
 log = logging.getLogger("podlevel.report")
 
-DEFAULT_SOCKET: Final = Path("/var/lib/nri-podlevel/pod-resources.sock")
 KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 """The kubelet's own socket: never taken over, consumers must be able to ask either."""
 SOCKET_FLAG: Final = "--podresources-socket"
@@ -172,7 +172,7 @@ class PodResourcesServer:
         self.path = Path(os.path.abspath(path))
         if os.path.realpath(self.path) == os.path.realpath(KUBELET_SOCKET):
             raise InputError(SOCKET_FLAG, f"{path} is the kubelet's own PodResources socket; the plugin "
-                             f"needs a path of its own (default {DEFAULT_SOCKET})")
+                             f"needs a path of its own (default {DEFAULT_PODRESOURCES_SOCKET})")
         gid = group_id(group) if group else None
         self._server = grpc.server(ThreadPoolExecutor(max_workers=2, thread_name_prefix="podresources"))
         pb_grpc.add_PodResourcesListerServicer_to_server(PodResourcesServicer(snapshot), self._server)

@@ -582,6 +582,22 @@ def test_synchronize_corrects_memory_nodes_and_quota_not_just_cpus() -> None:
     assert updates == {}
 
 
+def test_synchronize_reads_each_pod_of_a_shared_shape_with_its_own_identity() -> None:
+    """Pods of one workload carry the same annotation text: each is admitted as itself, and a pod whose
+    name the API server would refuse is refused with the message naming it, wherever it is listed."""
+    pods = [classic_burstable(f"replica-{index}") for index in range(3)]
+    bad = replace(sandbox_of(classic_burstable("replica-bad")), name="Not_A_Name")
+    sandboxes = [sandbox_of(pods[0]), bad, *(sandbox_of(pod) for pod in pods[1:])]
+    rows = [Observed(f"{s.name}-burst", s.id, "burst") for s in sandboxes]
+    placement = Placement(new_engine())
+
+    _, refused = placement.synchronize(sandboxes, rows)
+
+    assert placement.state.pods == {pod.uid: pod for pod in pods}
+    assert [sandbox_id for sandbox_id, _ in refused] == [bad.id]
+    assert "Not_A_Name" in refused[0][1] and "DNS-1123 subdomain" in refused[0][1]
+
+
 def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -> None:
     """A sibling listed while its pod could not be admitted follows the pod once it is."""
     crowded = Placement(new_engine())
