@@ -23,10 +23,9 @@ its pod's admission is rolled back and the event fails with ResourceExhausted.
 What is decided is on disk before it is applied: an event that changed the node's allocations (an admission
 or a release, never a container of an admitted pod) writes the checkpoint (one atomic write for the event)
 before its answer leaves, so a plugin killed at any moment restarts from a state at least as new as what the
-runtime enforces. A failed write is logged and retried at
-the next event; the container is placed all the same (the kubelet would refuse the pod, but a plugin that
-fails containers because its disk is full turns a degraded node into a broken one). Pod cgroups follow
-after the checkpoint (`agent.pod_cgroups`).
+runtime enforces. A failed write is logged and retried at the next event; the container is placed all the
+same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is full turns a
+degraded node into a broken one). Pod cgroups follow after the checkpoint (`agent.pod_cgroups`).
 
 Each decision is logged once, as a sentence with its fields (`agent.logs`), and reported to the `Observer`
 (the metrics) where the kubelet counts it. The snapshot readers use (`agent.snapshot`) is published again
