@@ -26,6 +26,7 @@ alternating by block. nri-podlevel runs as `nri-podlevel run` does by default wh
   to the same requests.
 - `pod_lifecycle_us_pNN`: each plugin's total over every event of one pod it is subscribed to, from its
   start to its removal, for the pods whose whole lifecycle fell in the churn.
+- `run_pod_sandbox_roundtrip_us_pNN`: RunPodSandbox in the churn (where nri-podlevel admits the pod).
 - `synchronize_2000_ms`: Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable
   pods) into a freshly launched plugin, every container already where it belongs (a restart); the median
   of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every container updated:
@@ -666,6 +667,7 @@ def comparison(trips: Sequence[Trip]) -> dict[str, object]:
     """The A/B numbers of the CreateContainer round trips and pod lifecycles (see the module docstring)."""
     creates = [t for t in trips if t.churn and t.label in (FIRST, LATER)]
     moving = moving_answers(trips)
+    sandboxes = [t for t in trips if t.churn and t.label == Event.RUN_POD_SANDBOX.name]
     ours_life, go_life = lifecycles(trips)
     return {
         **compared("roundtrip", [t.ours_ns for t in creates], [t.go_ns for t in creates]),
@@ -675,6 +677,7 @@ def comparison(trips: Sequence[Trip]) -> dict[str, object]:
         **compared("moving_others_roundtrip", [t.ours_ns for t in moving], [t.go_ns for t in moving]),
         "moving_others_updates_mean": round(statistics.mean(t.updates for t in moving), 1) if moving else 0,
         **compared("pod_lifecycle", ours_life, go_life),
+        **compared("run_pod_sandbox_roundtrip", [t.ours_ns for t in sandboxes], [t.go_ns for t in sandboxes]),
     }
 
 

@@ -97,6 +97,7 @@ def test_counters_follow_a_churn_of_pods(containerd: Containerd, cri: CRI, tmp_p
     assert refused == {EMPTY_POD_SHARED_POOL_ERROR: 1, TOPOLOGY_AFFINITY_ERROR: 1}
     # CreateContainer: web's server, fast-path's main-app twice, the refused sidecar and main-app.
     assert value(end, "nri_podlevel_event_duration_seconds_count", event="create_container") == 5
+    assert value(end, "nri_podlevel_event_duration_seconds_count", event="run_pod_sandbox") == 5
     assert value(end, "nri_podlevel_event_duration_seconds_count", event="stop_pod_sandbox") >= 1
     assert value(end, "nri_podlevel_runtime_connections_total") == 1
     assert value(end, "nri_podlevel_checkpoint_write_failures_total") == 0

@@ -75,9 +75,10 @@ SETTLE_S: Final = 10.0
 RECONNECT_TIMEOUT_S: Final = 40.0
 EXIT_TIMEOUT_S: Final = 10.0
 RUNNING: Final = "CONTAINER_RUNNING"
-DECISIONS: Final = ('"event": "placed ', '"event": "released ', "] placed ", "] released ")
-"""The plugin's log lines for a container placed and a pod released, in the JSON and the console layout:
-written after the checkpoint, before the answer."""
+DECISIONS: Final = tuple(f'{before}{event} ' for event in ("admitted", "placed", "released")
+                         for before in ('"event": "', "] "))
+"""The plugin's log lines for a pod admitted (at its sandbox), a container placed and a pod released, in the
+JSON and the console layout: written after the checkpoint, before the answer."""
 ACTIONS: Final = {"create": 30, "crash-restart": 25, "stop-pod": 8, "remove-pod": 14, "kill-plugin": 10,
                   "kill-during": 8, "restart-containerd": 5}
 

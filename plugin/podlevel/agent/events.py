@@ -27,8 +27,9 @@ class Observer:
     """Receives the agent's countable events; every method is a no-op here."""
 
     def admitted(self, state: NodeState, decision: PodDecision) -> None:
-        """A CreateContainer admitted a new pod: `decision` is its placement, `state` the node right after
-        (pods taken back by a Synchronize are not reported: a restart allocates nothing new)."""
+        """A RunPodSandbox (or the first CreateContainer of a pod not admitted at its sandbox) admitted a
+        new pod: `decision` is its placement, `state` the node right after (pods taken back by a
+        Synchronize are not reported: a restart allocates nothing new)."""
 
     def refused(self, pod_level: bool, error: AdmissionError | InputError) -> None:
         """A CreateContainer was refused; `pod_level`: the pod would have taken the pod-level path (pod

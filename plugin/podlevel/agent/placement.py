@@ -8,9 +8,11 @@ is carved, and grows when a pod goes).
 
 Rules:
 - A pod is managed when its sandbox carries the pod-shape annotation (`podspec.manifest.SHAPE_ANNOTATION`);
-  it is admitted by the engine at its first container, all or nothing, and released when the sandbox stops
-  or disappears from a Synchronize. A refused pod fails that container's creation with the kubelet's
-  admission type and message; nothing is reserved.
+  it is admitted by the engine when its sandbox starts (`run_sandbox`, before the kubelet pulls its images
+  and creates its containers, which then only look their settings up), all or nothing, and released when
+  the sandbox stops or disappears from a Synchronize. A pod refused there, or whose sandbox the plugin
+  never saw start (it was down then), is admitted at its first container instead: a refused pod fails that
+  container's creation with the kubelet's admission type and message; nothing is reserved.
 - The annotation is checked against what the runtime itself carries (the kubelet's pod-level CPU shares,
   quota and memory limit, and each container's): a shape that claims more than the scheduler accounted for
   is refused with InputError naming both values.
@@ -229,6 +231,8 @@ class Placement:
         """The CPU checkpoint a restarted plugin found, used by the first Synchronize only."""
         self.resync = Resync()
         self._containers: dict[str, _Tracked] = {}
+        self._by_sandbox: dict[str, dict[str, None]] = {}
+        """sandbox id -> ids of its tracked containers (an ordered set), kept with `_containers`."""
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
         self._pods: dict[str, dict[str, Settings]] = {}
@@ -247,58 +251,104 @@ class Placement:
         """Sandbox ids whose `pod_cgroups` entry was set or dropped since `take_pod_cgroup_changes`."""
         self.admitted_now: PodDecision | None = None
         """The decision of the pod the last `create` admitted; None when it admitted none."""
-        self._flushed_pool = engine.node_shared_pool(self.state)
+        self._shared_of: NodeState | None = None
+        self._shared = self._node_shared()
+        self._flushed_pool = self._shared.cpus
         """The node shared pool the last handed-out updates followed."""
         self._unsent: set[str] = set()
+        """Replaced, never changed in place: an `_Undo` holds the set it found."""
         self._undo: _Undo | None = None
         """Takes back the last `create`, until the next one."""
+        self.generation = 0
+        """Counts the events that changed what `view` shows (a reader republishes only then)."""
         self.decisions = DecisionLog()
         """Every admission and refusal, on the state it was decided on (for `explain`)."""
 
     # -- events --------------------------------------------------------------------------------------------
+
+    def run_sandbox(self, sandbox: Sandbox) -> None:
+        """The runtime starts a sandbox: admit its pod now, so that its containers' creations are lookups.
+
+        Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); nothing is
+        reserved then, and the pod's first `create` decides again. The updates of other containers an
+        admission makes necessary are handed out by the next `create` or `pending_updates`.
+        """
+        self.generation += 1
+        self.admitted_now = None
+        self.sandboxes[sandbox.id] = sandbox
+        pod = pod_shape(sandbox)
+        if pod is None:
+            return
+        if pod.uid in self._pods:
+            self._attach(sandbox, pod.uid)
+            return
+        self._verify_sandbox(sandbox, pod)
+        self._admit(sandbox, pod)
 
     def create(
         self, sandbox: Sandbox, container_id: str, name: str, resources: RuntimeResources | None = None
     ) -> tuple[Settings, dict[str, Settings]]:
         """Place a new container; returns its settings and the changed settings of other containers.
 
-        Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); state is
-        unchanged then. `rollback_create` takes it back when its answer cannot be sent.
+        A container of a pod admitted at its sandbox's start (or by an earlier container) has its claim
+        checked at its first creation and its settings looked up. Otherwise the pod is admitted now, as at
+        `run_sandbox`. Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation);
+        state is unchanged then. `rollback_create` takes it back when its answer cannot be sent.
         """
-        undo = _Undo(self, sandbox.id, container_id)
-        self._undo = undo
-        # A sandbox already admitted needs no second read of its annotation: every container of the pod
-        # after the first takes this path, and CreateContainer waits on it.
-        self.sandboxes[sandbox.id] = sandbox
+        self.generation += 1
         self.admitted_now = None
+        undo = self._undo = _Undo(self, sandbox.id)
+        if sandbox.id not in self.sandboxes:
+            undo.keep(self.sandboxes, sandbox.id)
+            self.sandboxes[sandbox.id] = sandbox
         uid = self._sandbox_pods.get(sandbox.id)
-        pod = self.state.pods.get(uid) if uid is not None else pod_shape(sandbox)
-        if pod is not None and pod.uid in self._pods:
-            self._verify_container(sandbox, pod, name, resources)
-            self._attach(sandbox, pod.uid)
-        elif pod is not None:
-            self._verify_sandbox(sandbox, pod)
-            self._verify_container(sandbox, pod, name, resources)
-            try:
-                self._admit(sandbox, pod)
-            except AdmissionError:
-                if sandbox.id not in self._refused:
-                    raise
-        self._containers[container_id] = _Tracked(sandbox.id, name)
-        settings = self.desired(container_id)
-        self.applied[container_id] = settings
-        self._unsent.discard(container_id)
+        if uid is not None:
+            self._verify_container(sandbox, self.state.pods[uid], name, resources, undo)
+        else:
+            self._place_first(sandbox, name, resources, undo)
+        undo.keep(self.applied, container_id)
+        undo.track(self._containers.get(container_id), container_id)
+        tracked = _Tracked(sandbox.id, name)
+        self._track(container_id, tracked)
+        shared = self._node_shared()
+        settings = self.applied[container_id] = self._settings(tracked, shared)
+        if container_id in self._unsent:
+            self._unsent = self._unsent - {container_id}
         return settings, self._hand_out(undo)
+
+    def _place_first(
+        self, sandbox: Sandbox, name: str, resources: RuntimeResources | None, undo: _Undo
+    ) -> None:
+        """A container of a sandbox whose pod is not admitted: admit the pod now when it has a shape (its
+        sandbox was refused at its start, started while the plugin was down, or a Synchronize could not
+        admit it)."""
+        pod = pod_shape(sandbox)
+        if pod is None:
+            return
+        for table in (self._sandbox_pods, self._refused, self.pod_cgroups):
+            undo.keep(table, sandbox.id)
+        if pod.uid in self._pods:
+            self._verify_container(sandbox, pod, name, resources, undo)
+            self._attach(sandbox, pod.uid)
+            return
+        self._verify_sandbox(sandbox, pod)
+        self._verify_container(sandbox, pod, name, resources, undo)
+        try:
+            self._admit(sandbox, pod)
+        except AdmissionError:
+            if sandbox.id not in self._refused:
+                raise
 
     def rollback_create(self) -> None:
         """Take back the last `create`: its answer could not be sent, so nothing it decided may stand."""
         undo, self._undo = self._undo, None
         if undo is not None:
+            self.generation += 1
             undo.run(self)
 
     def defer(self, container_ids: Iterable[str]) -> None:
         """Updates handed out for these containers did not fit their answer: hand them out again."""
-        self._unsent.update(cid for cid in container_ids if cid in self._containers)
+        self._unsent = self._unsent | {cid for cid in container_ids if cid in self._containers}
 
     def _verify_sandbox(self, sandbox: Sandbox, pod: Pod) -> None:
         """Check the shape against the sandbox before the pod is admitted (never later: an in-place resize
@@ -308,7 +358,7 @@ class Placement:
                      required=pod.resources is not None)
 
     def _verify_container(
-        self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None
+        self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None, undo: _Undo
     ) -> None:
         """Check a container's own claim against its runtime resources at its first creation in the
         sandbox, whether it admits the pod or comes later; its restarts are not checked again."""
@@ -319,6 +369,7 @@ class Placement:
         if claimed is not None and resources is not None:
             verify_shape(claimed, resources, f"{_pod_text(sandbox)} container {shown(name)}", required=True)
         checked.add(name)
+        undo.checked = name
 
     def _admit(
         self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
@@ -363,12 +414,19 @@ class Placement:
 
     def remove_container(self, container_id: str) -> None:
         """Forget a container; its pod's allocations stay until the pod goes."""
-        self._containers.pop(container_id, None)
+        if self._untrack(container_id) is None:
+            return
+        self.generation += 1
         self.applied.pop(container_id, None)
-        self._unsent.discard(container_id)
+        if container_id in self._unsent:
+            self._unsent = self._unsent - {container_id}
 
-    def remove_sandbox(self, sandbox_id: str) -> None:
-        """Release a pod's allocations: its sandbox stopped or is gone."""
+    def remove_sandbox(self, sandbox_id: str) -> bool:
+        """Release a pod's allocations: its sandbox stopped or is gone. Returns whether it held an admitted
+        pod."""
+        if not any(sandbox_id in table for table in (self.sandboxes, self._sandbox_pods, self._by_sandbox)):
+            return False
+        self.generation += 1
         uid = self._sandbox_pods.pop(sandbox_id, None)
         self._refused.pop(sandbox_id, None)
         self._checked.pop(sandbox_id, None)
@@ -380,6 +438,7 @@ class Placement:
         if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
             self.state = self.engine.remove_pod(self.state, uid)
             del self._pods[uid]
+        return uid is not None
 
     def synchronize(
         self, sandboxes: Iterable[Sandbox], containers: Iterable[Observed | tuple[object, ...]]
@@ -393,11 +452,13 @@ class Placement:
         as (sandbox id, reason). Returns the settings of every container whose cpuset, memory nodes or
         quota differ from what they should be. Containers of sandboxes not given are ignored.
         """
+        self.generation += 1
         by_id = {s.id: s for s in sandboxes}
-        self.sandboxes = dict(by_id)
         for sandbox_id in [sid for sid in self._sandbox_pods if sid not in by_id]:
             self.remove_sandbox(sandbox_id)
+        self.sandboxes = dict(by_id)
         self._containers.clear()
+        self._by_sandbox.clear()
         observed: dict[str, Observed] = {}
         by_sandbox: dict[str, list[Observed]] = {}
         for row in containers:
@@ -411,7 +472,7 @@ class Placement:
         shapes = _Shapes()
         for sandbox_id, rows in by_sandbox.items():
             for seen in rows:
-                self._containers[seen.container_id] = _Tracked(sandbox_id, seen.name)
+                self._track(seen.container_id, _Tracked(sandbox_id, seen.name))
             self._checked[sandbox_id] = {seen.name for seen in rows}
             try:
                 pod = shapes.of(by_id[sandbox_id])
@@ -451,7 +512,7 @@ class Placement:
         shared = self._node_shared()
         self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
         self._flushed_pool = shared.cpus
-        self._unsent.clear()
+        self._unsent = set()
         updates = {cid: s for cid, s in self.applied.items() if _differs(observed[cid], s)}
         return updates, list(refused.items())
 
@@ -471,22 +532,25 @@ class Placement:
     def _hand_out(self, undo: _Undo | None) -> dict[str, Settings]:
         """`pending_updates`, keeping in `undo` what each marked container held before."""
         shared = self._node_shared()
+        unsent = self._unsent
         if shared.cpus == self._flushed_pool:
-            if not self._unsent:
+            if not unsent:
                 return {}
-            candidates: Iterable[str] = self._unsent
+            candidates: Iterable[str] = unsent
         else:
             candidates = self._containers
         changed: dict[str, Settings] = {}
         for container_id in candidates:
             settings = self._settings(self._containers[container_id], shared)
-            if container_id in self._unsent or self.applied.get(container_id) != settings:
+            if container_id in unsent or self.applied.get(container_id) != settings:
                 changed[container_id] = settings
                 if undo is not None:
                     undo.keep(self.applied, container_id)
                 self.applied[container_id] = settings
-        self._unsent.clear()
+        self._unsent = set()
         self._flushed_pool = shared.cpus
+        if changed:
+            self.generation += 1
         return changed
 
     def _settings(self, tracked: _Tracked, shared: Settings) -> Settings:
@@ -504,19 +568,36 @@ class Placement:
         return settings
 
     def _node_shared(self) -> Settings:
-        return Settings(
-            self.engine.node_shared_pool(self.state),
-            self.engine.topology.numa_node_ids,
-            None,
-            self.engine.config.cpu_period_us,
-            Assignment.NODE_SHARED,
-        )
+        """The settings of a container in the node shared pool; made once per node state."""
+        if self._shared_of is not self.state:
+            self._shared = Settings(
+                self.engine.node_shared_pool(self.state),
+                self.engine.topology.numa_node_ids,
+                None,
+                self.engine.config.cpu_period_us,
+                Assignment.NODE_SHARED,
+            )
+            self._shared_of = self.state
+        return self._shared
+
+    def _track(self, container_id: str, tracked: _Tracked) -> None:
+        self._containers[container_id] = tracked
+        self._by_sandbox.setdefault(tracked.sandbox_id, {})[container_id] = None
+
+    def _untrack(self, container_id: str) -> _Tracked | None:
+        tracked = self._containers.pop(container_id, None)
+        if tracked is not None:
+            siblings = self._by_sandbox[tracked.sandbox_id]
+            del siblings[container_id]
+            if not siblings:
+                del self._by_sandbox[tracked.sandbox_id]
+        return tracked
 
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
     def containers_of(self, sandbox_id: str) -> list[str]:
-        return [cid for cid, t in self._containers.items() if t.sandbox_id == sandbox_id]
+        return list(self._by_sandbox.get(sandbox_id, ()))
 
     def view(self) -> PlacementView:
         """Copies of what placement holds now, for readers on other threads; cheap (a few dict copies)."""
@@ -561,36 +642,54 @@ _ABSENT = object()
 
 
 class _Undo:
-    """What one `Placement.create` changed, to put back when its answer cannot be sent: the node state, the
-    entries it set (the sandbox's, the container's, the containers checked in the sandbox, and `applied` of
-    each container it handed an update out for), the pod it admitted, and the pending-update bookkeeping."""
+    """What one `Placement.create` changed, to put back when its answer cannot be sent.
 
-    def __init__(self, placement: Placement, sandbox_id: str, container_id: str) -> None:
+    Built on every create, so it copies nothing up front: it holds the node state, the pending-update
+    bookkeeping (`_unsent` is replaced, never changed in place) and the count of admitted pods as they were,
+    and `create` records each table entry just before changing it (the sandbox's entries when it admits,
+    `applied` of each container it hands an update out for). A create in an admitted pod records two.
+    """
+
+    __slots__ = (
+        "_container", "_entries", "_flushed_pool", "_pods", "_sandbox_id", "_state", "_unsent", "checked",
+    )
+
+    def __init__(self, placement: Placement, sandbox_id: str) -> None:
         self._sandbox_id = sandbox_id
         self._state = placement.state
         self._pods = len(placement._pods)
         self._flushed_pool = placement._flushed_pool
-        self._unsent = set(placement._unsent)
+        self._unsent = placement._unsent
         self._entries: list[tuple[dict[str, Any], str, object]] = []
-        by_sandbox = (placement.sandboxes, placement._sandbox_pods, placement._refused, placement.pod_cgroups)
-        for table in by_sandbox:
-            self.keep(table, sandbox_id)
-        self.keep(placement._containers, container_id)
-        self.keep(placement.applied, container_id)
-        checked = placement._checked.get(sandbox_id)  # a set `create` adds to: kept as a copy
-        self._entries.append((placement._checked, sandbox_id, _ABSENT if checked is None else set(checked)))
+        self._container: tuple[str, _Tracked | None] | None = None
+        self.checked: str | None = None
+        """The container name `create` checked for the first time in the sandbox."""
 
     def keep(self, table: dict[str, Any], key: str) -> None:
         """Remember `table[key]` as it is now (or its absence)."""
         self._entries.append((table, key, table.get(key, _ABSENT)))
 
+    def track(self, before: _Tracked | None, container_id: str) -> None:
+        """Remember what `container_id` was tracked as before `create` tracked it."""
+        self._container = (container_id, before)
+
     def run(self, placement: Placement) -> None:
         placement.state = self._state
+        if self._container is not None:
+            container_id, before = self._container
+            placement._untrack(container_id)
+            if before is not None:
+                placement._track(container_id, before)
         for table, key, value in reversed(self._entries):
             if value is _ABSENT:
                 table.pop(key, None)
             else:
                 table[key] = value
+        if self.checked is not None:
+            checked = placement._checked[self._sandbox_id]
+            checked.discard(self.checked)
+            if not checked:
+                del placement._checked[self._sandbox_id]
         while len(placement._pods) > self._pods:  # an admission adds its pod last
             placement._pods.popitem()
         placement._flushed_pool = self._flushed_pool

@@ -235,13 +235,19 @@ REFUSALS: dict[str, tuple[Callable[[], Pod], type[AdmissionError], str]] = {
 }
 
 
+def web_and_a_bubble() -> Placement:
+    """web in the node shared pool, fast-path's bubble beside it."""
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    start(placement, fast_path())
+    return placement
+
+
 @pytest.mark.parametrize(("make", "error", "type_"), REFUSALS.values(), ids=REFUSALS.keys())
 def test_refused_pod_leaves_everything_as_it_was(
     make: Callable[[], Pod], error: type[AdmissionError], type_: str
 ) -> None:
-    placement = Placement(new_engine())
-    placement.create(unmanaged(), "web-1", "server")
-    start(placement, fast_path())
+    placement = web_and_a_bubble()
     before = snapshot(placement)
     pod = make()
 
@@ -808,3 +814,125 @@ def test_a_recreated_sandbox_of_an_admitted_pod_keeps_its_pod_cgroup_wanted() ->
     assert (wanted.pod_uid, wanted.cgroup_parent, wanted.cpus) == (
         pod.uid, "/kubepods/poduid-fast", placement.state.cpu.pod_entries[pod.uid])
     assert placement.take_pod_cgroup_changes() == {"sb-fast-again", first.id}
+
+
+# -- admission when the sandbox starts ---------------------------------------------------------------------
+
+
+def test_a_pod_admitted_at_its_sandbox_has_its_containers_looked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunPodSandbox admits; CreateContainer reads neither the annotation nor the engine."""
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    pod = fast_path()
+    placement.run_sandbox(sandbox_of(pod))
+    decision = placement.admitted_now
+    assert decision is not None and decision.pod.uid == pod.uid
+    assert placement.pod_cgroups["sb-fast"].cpus == decision.bubble_cpus
+    assert placement.take_pod_cgroup_changes() == {"sb-fast"}
+    monkeypatch.setattr(placement.engine, "admit", None)
+    monkeypatch.setattr("podlevel.agent.placement.from_annotation", None)
+
+    app_settings, moved = placement.create(replace(sandbox_of(pod), annotations={}), "fast-app", "app")
+
+    assert placement.admitted_now is None
+    assert app_settings.assignment is Assignment.POD_EXCLUSIVE
+    # The node shared pool shrank at the sandbox: the pod's first container carries the move of the others.
+    assert decision.bubble_cpus is not None
+    assert moved == {"web-1": replace(placement.applied["web-1"], cpus=ALL_CPUS - decision.bubble_cpus)}
+    assert placement.create(sandbox_of(pod), "fast-log", "log")[1] == {}
+
+
+def test_the_move_an_admission_at_a_sandbox_makes_goes_out_with_the_next_answer() -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    placement.run_sandbox(sandbox_of(fast_path()))
+    moved = placement.pending_updates()
+    assert list(moved) == ["web-1"] and len(moved["web-1"].cpus) == 12
+    assert placement.create(sandbox_of(fast_path()), "fast-app", "app")[1] == {}
+
+
+def test_a_container_of_an_admitted_sandbox_still_has_its_own_claim_checked() -> None:
+    placement = Placement(new_engine())
+    pod = fast_path()
+    placement.run_sandbox(sandbox_of(pod))
+    claimed = container_resources(pod, pod.container("app"))
+    with pytest.raises(InputError, match="cpu_shares"):
+        placement.create(sandbox_of(pod), "fast-app", "app", replace(claimed, cpu_shares=2))
+    placement.create(sandbox_of(pod), "fast-app", "app", claimed)
+    # Its restart is not checked again (an in-place resize must not make it fail).
+    placement.create(sandbox_of(pod), "fast-app-2", "app", replace(claimed, cpu_shares=2))
+
+
+@pytest.mark.parametrize(("make", "error", "type_"), REFUSALS.values(), ids=REFUSALS.keys())
+def test_a_pod_refused_at_its_sandbox_reserves_nothing_and_its_first_container_decides_again(
+    make: Callable[[], Pod], error: type[AdmissionError], type_: str
+) -> None:
+    placement = web_and_a_bubble()
+    before = snapshot(placement)
+    pod = make()
+
+    with pytest.raises(error):
+        placement.run_sandbox(sandbox_of(pod))
+
+    assert snapshot(placement) == before and placement.pending_updates() == {}
+    with pytest.raises(error) as again:
+        placement.create(sandbox_of(pod), f"{pod.name}-app", "app")
+    assert again.value.type == type_ and snapshot(placement) == before
+
+
+def test_a_pod_refused_at_its_sandbox_is_admitted_by_a_creation_once_there_is_room() -> None:
+    """The kubelet retries a failed CreateContainer in the same sandbox: each retry decides anew."""
+    placement = Placement(new_engine())
+    placement.run_sandbox(sandbox_of(fast_path("first", 8, 2)))
+    second = sandbox_of(fast_path("second", 8, 2))
+    with pytest.raises(TopologyAffinityError):
+        placement.run_sandbox(second)
+    with pytest.raises(TopologyAffinityError):
+        placement.create(second, "second-app", "app")
+    placement.remove_sandbox("sb-first")
+
+    settings, _ = placement.create(second, "second-app", "app")
+
+    assert settings.assignment is Assignment.POD_EXCLUSIVE and placement.admitted_now is not None
+
+
+def test_a_recreated_sandbox_of_a_pod_admitted_at_its_start_shares_the_admission() -> None:
+    placement = Placement(new_engine())
+    pod = fast_path()
+    placement.run_sandbox(sandbox_of(pod))
+    state = placement.state
+    placement.run_sandbox(replace(sandbox_of(pod), id="sb-fast-2"))
+    assert placement.state is state and placement.admitted_now is None
+    placement.remove_sandbox("sb-fast")
+    assert pod.uid in placement.state.pods, "the recreated sandbox still holds the pod"
+    assert placement.create(replace(sandbox_of(pod), id="sb-fast-2"), "fast-app", "app")[0].assignment is (
+        Assignment.POD_EXCLUSIVE)
+
+
+def test_a_rolled_back_create_in_an_admitted_pod_keeps_the_admission_and_hands_the_move_out_again() -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    pod = fast_path()
+    placement.run_sandbox(sandbox_of(pod))
+    before = placement.view()
+    _, moved = placement.create(sandbox_of(pod), "fast-app", "app")
+    assert list(moved) == ["web-1"]
+
+    placement.rollback_create()
+
+    assert placement.view() == before
+    assert placement.containers_of("sb-fast") == [] and placement.containers_of("sb-web") == ["web-1"]
+    assert placement.create(sandbox_of(pod), "fast-app", "app")[1] == moved
+
+
+def test_changes_count_in_the_generation_and_no_ops_do_not() -> None:
+    placement = Placement(new_engine())
+    placement.create(unmanaged(), "web-1", "server")
+    counted = placement.generation
+    assert placement.pending_updates() == {}
+    placement.remove_container("gone")
+    assert placement.remove_sandbox("sb-unknown") is False
+    assert placement.generation == counted
+    placement.run_sandbox(sandbox_of(fast_path()))
+    placement.pending_updates()
+    assert placement.generation == counted + 2

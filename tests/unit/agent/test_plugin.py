@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from podlevel.agent.events import Observer, error_type
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, updates_of
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.manager import Assignment
+from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.manager import Assignment, NodeState, PodDecision
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
@@ -386,3 +388,96 @@ def test_a_synchronize_answer_over_the_limit_defers_the_rest(
     assert 0 < len(first) < 30
     assert api.SynchronizeResponse(update=first).ByteSize() <= 500
     assert sorted(u.container_id for u in [*first, *drain(plugin)]) == sorted(c.id for c in running)
+
+
+# -- admission at RunPodSandbox ------------------------------------------------------------------------------
+
+
+class Counted(Observer):
+    def __init__(self) -> None:
+        self.admissions: list[str] = []
+        self.refusals: list[str] = []
+
+    def admitted(self, state: NodeState, decision: PodDecision) -> None:
+        self.admissions.append(decision.pod.name)
+
+    def refused(self, pod_level: bool, error: AdmissionError | InputError) -> None:
+        self.refusals.append(error_type(error))
+
+
+def test_the_sandbox_admits_and_checkpoints_so_creations_write_nothing(tmp_path: Path) -> None:
+    writes: list[int] = []
+
+    def writer(fd: int, data: bytes) -> None:
+        writes.append(len(data))
+        os.write(fd, data)
+
+    counted = Counted()
+    state = StateDir(tmp_path / "state", writer=writer)
+    plugin = PodLevelPlugin(Placement(new_engine()), state=state, observer=counted)
+    web, fast = sandbox(None), sandbox(fast_path())
+    plugin.run_pod_sandbox(web)
+    plugin.create_container(web, container(web, "server"))
+    assert writes == []
+
+    plugin.run_pod_sandbox(fast)
+
+    saved = state.load().cpu.content
+    assert saved is not None and saved.pod_entries == plugin.placement.state.cpu.pod_entries
+    assert counted.admissions == ["fast"]
+    written = len(writes)
+    app, log = (plugin.create_container(fast, container(fast, name)) for name in ("app", "log"))
+    assert len(writes) == written and counted.admissions == ["fast"]
+    # The shrunk node shared pool rides on the pod's first answer, before its container exists.
+    assert [u.container_id for u in app.updates] == ["web-server"] and list(log.updates) == []
+    assert app.adjust is not None and app.adjust.linux.resources.cpu.quota.value == UNLIMITED_QUOTA
+
+
+def test_a_pod_refused_at_its_sandbox_fails_its_first_container_with_the_kubelet_reason() -> None:
+    """Failing RunPodSandbox would leave the started sandbox running on containerd 2.x before 2.2.6: the
+    refusal is answered, logged and counted at the pod's first CreateContainer, once."""
+    counted = Counted()
+    plugin = PodLevelPlugin(Placement(new_engine()), observer=counted)
+    no_room = sandbox(fast_path("no-room", 2, 2))
+    before = plugin.placement.state
+
+    plugin.run_pod_sandbox(no_room)
+
+    assert plugin.placement.state is before and counted.refusals == []
+    with pytest.raises(RpcError) as raised:
+        plugin.create_container(no_room, container(no_room, "app"))
+    assert raised.value.code == Code.FAILED_PRECONDITION
+    assert raised.value.message.startswith("EmptyPodSharedPoolError: pod default/no-room: ")
+    assert counted.refusals == ["EmptyPodSharedPoolError"] and plugin.placement.container_ids() == []
+    assert plugin.snapshot.refusals == {"sb-no-room": raised.value.message}
+    plugin.stop_pod_sandbox(no_room)
+    assert plugin.snapshot.refusals == {} and plugin.snapshot.placement.sandboxes == {}
+
+
+def test_a_shape_the_sandbox_contradicts_fails_the_first_container_as_an_invalid_argument() -> None:
+    plugin = PodLevelPlugin(Placement(new_engine()))
+    fast = sandbox(fast_path())
+    fast.linux.pod_resources.cpu.shares.value = 102
+    plugin.run_pod_sandbox(fast)
+    with pytest.raises(RpcError) as raised:
+        plugin.create_container(fast, container(fast, "app"))
+    assert raised.value.code == Code.INVALID_ARGUMENT and "carries 102" in raised.value.message
+
+
+def test_events_that_change_nothing_publish_no_snapshot(plugin: PodLevelPlugin) -> None:
+    fast = sandbox(fast_path())
+    plugin.run_pod_sandbox(fast)
+    app = container(fast, "app")
+    plugin.create_container(fast, app)
+    published = plugin.snapshot
+
+    assert plugin.stop_container(fast, app) == []
+    plugin.remove_container(fast, api.Container(id="never-created"))
+    assert plugin.snapshot is published
+
+    plugin.stop_pod_sandbox(fast)
+    released = plugin.snapshot
+    assert released is not published and released.placement.sandboxes == {}
+    plugin.remove_container(fast, app)
+    plugin.remove_pod_sandbox(fast)
+    assert plugin.snapshot is released

@@ -43,6 +43,7 @@ def test_comparison_has_both_sides_and_ratios_for_every_figure(bench: ModuleType
     trip = bench.Trip
     trips = [
         trip("fill-pod", bench.FIRST, False, False, 9000, 1000, 400),  # moves 400 others while filling
+        trip("pod-a", "RUN_POD_SANDBOX", True, False, 3000, 1000, 0),
         trip("pod-a", bench.FIRST, True, False, 4000, 1000, 0),
         trip("pod-a", bench.LATER, True, False, 2000, 1000, 0),
         trip("pod-a", "STOP_CONTAINER", True, True, 1000, 500, 0),
@@ -50,7 +51,7 @@ def test_comparison_has_both_sides_and_ratios_for_every_figure(bench: ModuleType
     ]
     numbers = bench.comparison(trips)
     for what in ("roundtrip", "first_container_roundtrip", "later_container_roundtrip",
-                 "moving_others_roundtrip", "pod_lifecycle"):
+                 "moving_others_roundtrip", "pod_lifecycle", "run_pod_sandbox_roundtrip"):
         for name in ("p50", "p90", "p99"):
             assert f"nri_{what}_us_{name}" in numbers
             assert f"go_noop_{what}_us_{name}" in numbers
@@ -60,8 +61,9 @@ def test_comparison_has_both_sides_and_ratios_for_every_figure(bench: ModuleType
     assert numbers["moving_others_roundtrip_samples"] == 1
     assert numbers["moving_others_updates_mean"] == 400
     assert numbers["pod_lifecycle_samples"] == 1
-    assert numbers["nri_pod_lifecycle_us_p50"] == 7.0
-    assert numbers["go_noop_pod_lifecycle_us_p50"] == 2.5
+    assert numbers["nri_pod_lifecycle_us_p50"] == 10.0
+    assert numbers["go_noop_pod_lifecycle_us_p50"] == 3.5
+    assert numbers["run_pod_sandbox_roundtrip_ratio_p50"] == 3.0
 
 
 def test_a_figure_without_samples_reports_only_its_count(bench: ModuleType) -> None:
