@@ -285,6 +285,7 @@ def plugin_process(state_dir: str, spec: str) -> int:
     gc.freeze()  # as `run` does once started
     with profiler or contextlib.nullcontext():
         Stub.from_environment(handler, observer=metrics).run()
+    handler.close()
     if profiler is not None:
         profiler.dump_stats(Path(str(profile_dir), f"plugin-{os.getpid()}.prof"))
     json.dump(

@@ -21,11 +21,14 @@ under the runtime's message limit (`MAX_REPLY_BYTES`, measured encoded); the res
 its pod's admission is rolled back and the event fails with ResourceExhausted.
 
 What is decided is on disk before it is applied: an event that changed the node's allocations (an admission
-or a release, never a container of an admitted pod) writes the checkpoint (one atomic write for the event)
-before its answer leaves, so a plugin killed at any moment restarts from a state at least as new as what the
-runtime enforces. A failed write is logged and retried at the next event; the container is placed all the
-same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is full turns a
-degraded node into a broken one). Pod cgroups follow after the checkpoint (`agent.pod_cgroups`).
+or a release, never a container of an admitted pod) hands the whole state to the checkpoint writer
+(`state.writer`, one atomic write of both files on its own thread), and every answer that applies decisions
+(CreateContainer, UpdateContainer, StopContainer, Synchronize) waits until what was handed over is written,
+so a plugin killed at any moment restarts from a state at least as new as what the runtime enforces. The
+notifications (RunPodSandbox, StopPodSandbox, RemovePodSandbox) do not wait: the admission's write runs while
+the kubelet pulls the pod's images. A failed write is logged and retried at the next event; the container is
+placed all the same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is
+full turns a degraded node into a broken one). Pod cgroups follow the state (`agent.pod_cgroups`).
 
 Each decision is logged once, as a sentence with its fields (`agent.logs`), and reported to the `Observer`
 (the metrics) where the kubelet counts it. The snapshot readers use (`agent.snapshot`) is published again
@@ -48,6 +51,7 @@ from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import quote, shown
+from podlevel.engine.manager import NodeState
 from podlevel.engine.topology_manager import Scope
 from podlevel.nri import (
     MAX_REPLY_BYTES,
@@ -64,6 +68,7 @@ from podlevel.nri import (
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
+from podlevel.state.writer import CheckpointWriter
 
 log = logger("podlevel.agent")
 
@@ -185,8 +190,9 @@ class PodLevelPlugin(Handler):
         self.state = state
         self.pod_cgroups = pod_cgroups
         self.observer = observer or Observer()
-        self._saved = placement.state
-        """The engine state the checkpoint holds (the placement's state objects are immutable)."""
+        self._writer = None if state is None else CheckpointWriter(state, self._write_failed, self._written)
+        self._saved: NodeState | None = placement.state
+        """The engine state last handed to the writer (state objects are immutable); None: write again."""
         self._save_error: str | None = None
         self._cgroups_paths: dict[str, str] = {}
         self._refusals: dict[str, str] = {}
@@ -219,27 +225,42 @@ class PodLevelPlugin(Handler):
         )
 
     def _commit(self, *, force: bool = False) -> None:
-        """Checkpoint the allocations if they changed, then bring the pod cgroups in line."""
+        """Hand the allocations to the checkpoint writer if they changed, then bring the pod cgroups in
+        line. Answers that apply a decision call `_durable` before they leave."""
         current = self.placement.state
-        if self.state is not None and (force or current is not self._saved):
-            try:
-                self.state.write(*checkpoints_of(self.placement.engine, current))
-            except OSError as err:
-                self.observer.checkpoint_failed()
-                if str(err) != self._save_error:
-                    log.error("checkpoint not written to %s, will retry at the next event: %s",
-                              self.state.path, err, path=self.state.path, error=err)
-                    self._save_error, self._stale = str(err), True
-            else:
-                self._saved = current
-                if self._save_error is not None:
-                    self._save_error, self._stale = None, True
+        if self._writer is not None and (force or current is not self._saved):
+            self._saved = current
+            self._writer.submit(*checkpoints_of(self.placement.engine, current))
         if self.pod_cgroups is not None:
             changed = self.placement.take_pod_cgroup_changes()
             if changed or self.pod_cgroups.failed:
                 self.pod_cgroups.sync(self.placement.pod_cgroups, changed)
                 self._stale = True
         self._publish()
+
+    def _durable(self) -> None:
+        """Wait until every decision so far was written (or its write failed): the answer applies them."""
+        if self._writer is not None:
+            self._writer.wait()
+
+    def _write_failed(self, err: Exception) -> None:
+        """From the writer's thread: count, log a new error once, and write again at the next event."""
+        self._saved = None
+        self.observer.checkpoint_failed()
+        if str(err) != self._save_error:
+            path = self.state.path if self.state is not None else None
+            log.error("checkpoint not written to %s, will retry at the next event: %s", path, err, path=path,
+                      error=err)
+            self._save_error, self._stale = str(err), True
+
+    def _written(self) -> None:
+        if self._save_error is not None:
+            self._save_error, self._stale = None, True
+
+    def close(self) -> None:
+        """Write what is still pending; the plugin handles no event afterwards."""
+        if self._writer is not None:
+            self._writer.close()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
         log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
@@ -295,6 +316,7 @@ class PodLevelPlugin(Handler):
         log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed),
                  pods=len(pods), containers=len(current), updates=len(changed))
         self._commit(force=True)
+        self._durable()
         return self._fit(changed, MAX_REPLY_BYTES)
 
     def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
@@ -350,6 +372,7 @@ class PodLevelPlugin(Handler):
             self._stale = True
         updates = self._fit(changed, room)
         self._commit()
+        self._durable()
         if log.isEnabledFor(logging.INFO):
             quota = _quota_text(settings.cpu_quota_us)
             log.info(
@@ -400,11 +423,13 @@ class PodLevelPlugin(Handler):
             own.linux.resources.cpu.MergeFrom(linux_cpu(settings))
         updates = self._fit(changed, MAX_REPLY_BYTES - (field_size(own) if own is not None else 0))
         self._commit()
+        self._durable()
         return UpdateResult(updates=[*updates, own] if own is not None else updates)
 
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> list[api.ContainerUpdate]:
         updates = self._fit(self.placement.pending_updates(), MAX_REPLY_BYTES)
         self._commit()
+        self._durable()
         return updates
 
     def _refused(self, pod: api.PodSandbox, reason: str) -> None:

@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
     finally:
+        handler.close()
         if podresources is not None:
             podresources.stop()
         if server is not None:

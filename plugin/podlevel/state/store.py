@@ -82,14 +82,15 @@ def atomic_write(path: Path, data: bytes, writer: Writer = write_all) -> None:
     _commit([_stage(path, data, writer)], path.parent)
 
 
-def _stage(path: Path, data: bytes, writer: Writer) -> tuple[Path, Path]:
-    """`data` in a synced temporary file beside `path`; removed again if anything fails."""
+def _stage(path: Path, data: bytes, writer: Writer, *, durable: bool = True) -> tuple[Path, Path]:
+    """`data` in a temporary file beside `path`, synced when `durable`; removed again if anything fails."""
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     temporary = Path(name)
     try:
         try:
             writer(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -98,14 +99,19 @@ def _stage(path: Path, data: bytes, writer: Writer) -> tuple[Path, Path]:
     return temporary, path
 
 
-def _commit(staged: list[tuple[Path, Path]], directory: Path) -> None:
+def _commit(staged: list[tuple[Path, Path]], directory: Path, *, durable: bool = True) -> None:
     try:
         for temporary, path in staged:
             os.replace(temporary, path)
     finally:
         for temporary, _ in staged:
             temporary.unlink(missing_ok=True)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    if durable:
+        _fsync(directory, os.O_DIRECTORY)
+
+
+def _fsync(path: Path, flags: int = 0) -> None:
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
@@ -161,10 +167,16 @@ class StateDir:
     def memory_file(self) -> Path:
         return self.path / MEMORY_STATE_FILE
 
-    def write(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
+    def write(
+        self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, durable: bool = True
+    ) -> None:
         """Write the given checkpoints in the newest layouts, both in one step (a policy that is off
         passes None); a file whose bytes this directory last wrote are the same is left alone. Raises
-        OSError when a write fails; the files on disk are then the old ones."""
+        OSError when a write fails; the files on disk are then the old ones.
+
+        Not `durable`: the files are replaced without waiting for the disk (`sync` does that later). A
+        process killed afterwards still finds them (they are in the page cache); only a power loss before
+        `sync` can leave the old, an empty or a torn file, which loading moves aside."""
         encoded = {
             path: encode(content, newest=self._newest)
             for path, content in ((self.cpu_file, cpu), (self.memory_file, memory))
@@ -176,14 +188,21 @@ class StateDir:
         staged: list[tuple[Path, Path]] = []
         try:
             for path, data in changed.items():
-                staged.append(_stage(path, data, self._writer))
+                staged.append(_stage(path, data, self._writer, durable=durable))
         except BaseException:
             for temporary, _ in staged:
                 temporary.unlink(missing_ok=True)
             raise
         self._written = {}  # unknown until the renames are done
-        _commit(staged, self.path)
+        _commit(staged, self.path, durable=durable)
         self._written = encoded
+
+    def sync(self) -> None:
+        """Make the last `write` durable: both files' data, then the directory that names them."""
+        for path in (self.cpu_file, self.memory_file):
+            if path in self._written:
+                _fsync(path)
+        _fsync(self.path, os.O_DIRECTORY)
 
     def load(self, containers: Mapping[str, tuple[str, str]] | None = None) -> LoadedState:
         """Both checkpoints. `containers` (container ID -> (pod UID, container name)) migrates a V1 CPU file

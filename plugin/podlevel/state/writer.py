@@ -1,17 +1,21 @@
-"""Checkpoint writes on a thread of their own, so that an event's answer waits for the disk only when it
-applies what was decided.
+"""Checkpoint writes on a thread of their own, so that an event's answer waits for the file system only when
+it applies what was decided, and never for the disk.
 
-The rule the plugin keeps is that a decision is on disk before any answer applies it. An admission is
-decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls images in
-between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do (CreateContainer,
-UpdateContainer, StopContainer, Synchronize) call `wait` first. Meanwhile the write (encoding, temporary
-file, fsync, rename, directory fsync) runs here, where the fsyncs release the interpreter to the event loop.
+The rule the plugin keeps is that a decision is in its checkpoint files before any answer applies it, so a
+plugin killed at any moment restarts from a state at least as new as what the runtime enforces. An
+admission is decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls
+images in between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do
+(CreateContainer, UpdateContainer, StopContainer, Synchronize) call `wait` first. The write (encoding, a
+temporary file, a rename over the old one) runs here, and `wait` returns once the files are replaced. Only
+then are they synced to the disk (file data, then the directory): the page cache already survives the
+process, and what a power loss could undo matters to no one, since every container is gone after it too (a
+stale checkpoint is reconciled by the first Synchronize, a torn one moved aside).
 
 Every submission is the whole node state, so only the newest one waiting needs writing: a write that falls
-behind skips the states already replaced. A failed write (an OSError, or any other error, which must not
-stop the thread that `wait` depends on) is reported to `on_failure` from this thread, and the next
-submission tries again; `wait` returns either way (a plugin that fails containers because its disk
-is full turns a degraded node into a broken one).
+behind skips the states already replaced, and leaves the sync to the newest write. A failed write or sync
+(an OSError, or any other error, which must not stop the thread `wait` depends on) is reported to
+`on_failure` from this thread, and the next submission tries again; `wait` returns either way (a plugin that
+fails containers because its disk is full turns a degraded node into a broken one).
 """
 
 from __future__ import annotations
@@ -76,11 +80,23 @@ class CheckpointWriter:
                 contents, self._pending = self._pending, None
                 generation = self._submitted
             try:
-                self.state.write(*contents)
+                self.state.write(*contents, durable=False)
             except Exception as err:
                 self._on_failure(err)
+                written = False
             else:
-                self._on_success()
+                written = True
             with self._changed:
                 self._attempted = generation
                 self._changed.notify_all()
+                newer = self._pending is not None
+            if written and not newer:  # a newer write syncs in its turn
+                self._sync()
+
+    def _sync(self) -> None:
+        try:
+            self.state.sync()
+        except Exception as err:
+            self._on_failure(err)
+        else:
+            self._on_success()

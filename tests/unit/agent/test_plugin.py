@@ -181,8 +181,21 @@ def test_an_admission_is_checkpointed_before_the_answer(tmp_path: Path) -> None:
     assert loaded.cpu.content.pod_entries == plugin.placement.state.cpu.pod_entries
     assert loaded.cpu.content.entries == plugin.placement.state.cpu.entries
     assert loaded.memory.content.pod_entries == plugin.placement.state.memory.pod_entries
+    # A release answers nothing: it is on disk before the next answer that applies anything.
+    web = sandbox(None)
     plugin.stop_pod_sandbox(fast)
+    plugin.stop_container(web, container(web, "server"))
     assert state.load().cpu.content == CPUCheckpoint("static", CPUSet.parse("0-15"))
+
+
+def test_closing_writes_what_a_notification_decided(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    plugin = PodLevelPlugin(Placement(new_engine()), state=state)
+    fast = sandbox(fast_path())
+    plugin.run_pod_sandbox(fast)
+    plugin.close()
+    saved = state.load().cpu.content
+    assert saved is not None and saved.pod_entries == plugin.placement.state.cpu.pod_entries
 
 
 def test_a_failed_checkpoint_write_places_the_container_and_is_retried(
@@ -421,12 +434,14 @@ def test_the_sandbox_admits_and_checkpoints_so_creations_write_nothing(tmp_path:
     assert writes == []
 
     plugin.run_pod_sandbox(fast)
+    assert counted.admissions == ["fast"]
+    app = plugin.create_container(fast, container(fast, "app"))
 
+    # Admitted at the sandbox, written before the first answer that applies it; creations write nothing.
     saved = state.load().cpu.content
     assert saved is not None and saved.pod_entries == plugin.placement.state.cpu.pod_entries
-    assert counted.admissions == ["fast"]
     written = len(writes)
-    app, log = (plugin.create_container(fast, container(fast, name)) for name in ("app", "log"))
+    log = plugin.create_container(fast, container(fast, "log"))
     assert len(writes) == written and counted.admissions == ["fast"]
     # The shrunk node shared pool rides on the pod's first answer, before its container exists.
     assert [u.container_id for u in app.updates] == ["web-server"] and list(log.updates) == []
