@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import stat
 import sys
 from collections.abc import Mapping, Sequence
@@ -226,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
         server.start()
     if podresources is not None:
         podresources.start()
+    # A stop, not the default kill: the log thread writes what is queued when the process exits.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: stub.stop())
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
