@@ -54,8 +54,8 @@ class RecordBuffer(Generic[H]):
         """Bytes received that do not yet form a whole record."""
         return len(self._data)
 
-    def feed(self, data: bytes) -> list[tuple[H, bytes]]:
-        """Append `data`; remove and return every record now whole."""
+    def feed(self, data: bytes | memoryview) -> list[tuple[H, bytes]]:
+        """Append `data` (read only during the call); remove and return every record now whole."""
         # With nothing buffered (the usual case: a read holds whole records), records are cut straight from
         # `data` and only a partial record at its end is kept: each payload is copied once.
         buffered = bool(self._data)
