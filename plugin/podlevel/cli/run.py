@@ -16,6 +16,7 @@ import contextlib
 import gc
 import logging
 import os
+import signal
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -224,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
     # What start-up made (modules, classes, the engine's tables) lives as long as the process: out of the
     # cyclic collector's sight, its full collections walk only what the events made.
     gc.freeze()
+    # A stop, not the default kill: the log lines still waiting and the checkpoint still pending are written.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: stub.stop())
     try:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()

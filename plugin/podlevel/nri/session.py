@@ -32,7 +32,7 @@ from typing import Any, Final, TypeVar, cast
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
-from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable
+from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable, with_updates
 from podlevel.nri.identity import PluginIdentity
 from podlevel.nri.runtime import Event, RuntimeInfo, describe_mask
 from podlevel.ttrpc.codec import Code, Request
@@ -59,8 +59,10 @@ DEFAULT_REQUEST_TIMEOUT: Final = 2.0
 M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
-# Serves one plugin RPC: its request payload in, its reply message out.
-_Method = Callable[[bytes], Awaitable[Message]]
+# Serves one plugin RPC: its request payload in, its reply message out, encoded.
+_Method = Callable[[bytes], Awaitable[bytes]]
+
+_EMPTY: Final = api.Empty().SerializeToString()
 
 
 @dataclass
@@ -156,11 +158,7 @@ class Session:
     def _request_handler(self, method: _Method) -> RequestHandler:
         async def handle(request: Request) -> bytes:
             _arrival.set(self._clock())
-            reply = await method(request.payload)
-            try:
-                return reply.SerializeToString()
-            except (EncodeError, TypeError, ValueError) as exc:
-                raise unencodable(request.method, exc) from exc
+            return await method(request.payload)
 
         return handle
 
@@ -199,7 +197,7 @@ class Session:
                 budget,
             )
 
-    async def _configure(self, payload: bytes) -> Message:
+    async def _configure(self, payload: bytes) -> bytes:
         request = decode(api.ConfigureRequest, payload)
         runtime = RuntimeInfo.from_configure(request)
         self.runtime = runtime
@@ -226,9 +224,9 @@ class Session:
                 f"{runtime.name} {runtime.version} offers ({describe_mask(runtime.valid_events)})",
             )
         await self._invoke("configure", lambda: self.handler.configure(runtime, request.config))
-        return api.ConfigureResponse(events=events)
+        return api.ConfigureResponse(events=events).SerializeToString()
 
-    async def _synchronize(self, payload: bytes) -> Message:
+    async def _synchronize(self, payload: bytes) -> bytes:
         request = decode(api.SynchronizeRequest, payload)
         self._sync_pods.extend(request.pods)
         self._sync_containers.extend(request.containers)
@@ -243,7 +241,7 @@ class Session:
                 close_connection=True,
             )
         if request.more:
-            return api.SynchronizeResponse(more=True)
+            return api.SynchronizeResponse(more=True).SerializeToString()
         self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
         updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
         self.synchronized = True
@@ -258,13 +256,16 @@ class Session:
             len(containers),
         )
         self._on_synchronized()
-        return api.SynchronizeResponse(update=updates or (), more=False)
+        try:
+            return with_updates(api.SynchronizeResponse(), "update", updates or ())
+        except (EncodeError, TypeError, ValueError) as exc:
+            raise unencodable("Synchronize", exc) from exc
 
-    async def _shutdown(self, payload: bytes) -> Message:
+    async def _shutdown(self, payload: bytes) -> bytes:
         log.info("NRI plugin %s: runtime announced shutdown", self.identity)
-        return api.Empty()
+        return _EMPTY
 
-    async def _state_change(self, payload: bytes) -> Message:
+    async def _state_change(self, payload: bytes) -> bytes:
         request = decode(api.StateChangeEvent, payload)
         try:
             event = Event(request.event)
@@ -274,15 +275,15 @@ class Session:
         if not route.is_notification:
             raise RpcError(Code.INVALID_ARGUMENT, f"event {event.name} cannot arrive as a notification")
         await self._call(route, request)
-        return api.Empty()
+        return _EMPTY
 
     def _event_rpc(self, route: EventRoute) -> _Method:
         """The dedicated RPC of `route`'s event: the reply built from the handler's result, or empty."""
 
-        async def handle(payload: bytes) -> Message:
+        async def handle(payload: bytes) -> bytes:
             result = await self._call(route, decode(route.request, payload))
             if route.reply is None:
-                return api.Empty()
+                return _EMPTY
             try:
                 return route.reply(result)
             except (EncodeError, TypeError, ValueError) as exc:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from podlevel._proto.nri import api_pb2 as api
-from podlevel.nri.handler import Handler, Updates, subscribed_events
+from podlevel.nri.handler import Handler, Updates, subscribed_events, with_updates
 from podlevel.nri.identity import PluginIdentity, launched_socket_fd, resolve_identity
 from podlevel.nri.runtime import RuntimeInfo
 from podlevel.nri.session import RUNTIME_SERVICE, Session, decode, running_handler
@@ -240,10 +240,8 @@ class Stub:
         transport = session.transport if session is not None and session.synchronized else None
         if transport is None:
             raise RpcError(Code.UNAVAILABLE, "not connected to the runtime (not registered and synchronized)")
-        request = api.UpdateContainersRequest(update=updates, evict=evictions)
-        payload = await transport.call(
-            RUNTIME_SERVICE, "UpdateContainers", request.SerializeToString(), timeout=timeout
-        )
+        request = with_updates(api.UpdateContainersRequest(evict=evictions), "update", updates)
+        payload = await transport.call(RUNTIME_SERVICE, "UpdateContainers", request, timeout=timeout)
         return list(decode(api.UpdateContainersResponse, payload).failed)
 
     def update_containers_blocking(

@@ -54,23 +54,32 @@ class RecordBuffer(Generic[H]):
         """Bytes received that do not yet form a whole record."""
         return len(self._data)
 
-    def feed(self, data: bytes) -> list[tuple[H, bytes]]:
-        """Append `data`; remove and return every record now whole."""
-        self._data += data
+    def feed(self, data: bytes | memoryview) -> list[tuple[H, bytes]]:
+        """Append `data` (read only during the call); remove and return every record now whole."""
+        # With nothing buffered (the usual case: a read holds whole records), records are cut straight from
+        # `data` and only a partial record at its end is kept: each payload is copied once.
+        buffered = bool(self._data)
+        if buffered:
+            self._data += data
+        source = self._data if buffered else data
         records: list[tuple[H, bytes]] = []
         offset = 0
         size = self._layout.size
-        while len(self._data) - offset >= size:
-            header = self._make(self._layout.unpack_from(self._data, offset))
-            if header.length > self._limit:
-                raise ProtocolError(
-                    f"{self._describe(header)} declares a {header.length}-byte payload, over the "
-                    f"{self._limit}-byte limit"
-                )
-            end = offset + size + header.length
-            if end > len(self._data):
-                break
-            records.append((header, bytes(self._data[offset + size : end])))
-            offset = end
-        del self._data[:offset]
+        with memoryview(source) as view:
+            while len(view) - offset >= size:
+                header = self._make(self._layout.unpack_from(view, offset))
+                if header.length > self._limit:
+                    raise ProtocolError(
+                        f"{self._describe(header)} declares a {header.length}-byte payload, over the "
+                        f"{self._limit}-byte limit"
+                    )
+                end = offset + size + header.length
+                if end > len(view):
+                    break
+                records.append((header, view[offset + size : end].tobytes()))
+                offset = end
+            if not buffered:
+                self._data = bytearray(view[offset:])
+        if buffered:
+            del self._data[:offset]
         return records

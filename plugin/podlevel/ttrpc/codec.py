@@ -165,7 +165,7 @@ class Connection:
         self._next_call = 1
         self._failure: ProtocolError | None = None
 
-    def feed(self, data: bytes) -> list[Inbound]:
+    def feed(self, data: bytes | memoryview) -> list[Inbound]:
         """Consume socket bytes; return requests to serve, responses to our calls and rejections.
 
         Frames for other conn ids are dropped (counted in `dropped_frames`), as the Go mux does.
@@ -178,7 +178,7 @@ class Connection:
             self._failure = exc
             raise
 
-    def _feed(self, data: bytes) -> list[Inbound]:
+    def _feed(self, data: bytes | memoryview) -> list[Inbound]:
         out: list[Inbound] = []
         for frame in self._frames.feed(data):
             stream = self._streams.get(frame.conn_id)

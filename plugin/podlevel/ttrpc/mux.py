@@ -70,7 +70,7 @@ class FrameDecoder:
         """Bytes received that do not yet form a whole frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes | memoryview) -> list[Frame]:
         """Append `data` and return every frame now complete. Raises ProtocolError on an oversized frame."""
         return [Frame(header.conn_id, payload) for header, payload in self._buffer.feed(data)]
 

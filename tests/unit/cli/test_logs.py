@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,13 +38,21 @@ def root_logging() -> Iterator[None]:
     finally:
         for handler in root.handlers[:]:
             root.removeHandler(handler)
+            handler.close()
         for handler in handlers:
             root.addHandler(handler)
         root.setLevel(level)
 
 
+def written(stream: io.StringIO) -> str:
+    """What the log thread wrote to `stream` once every line logged so far is out."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    return stream.getvalue()
+
+
 def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines()]
+    return [json.loads(line) for line in written(stream).splitlines()]
 
 
 @pytest.mark.usefixtures("root_logging")
@@ -85,7 +96,7 @@ def test_console_layout_on_a_terminal_or_when_asked(log_format: str) -> None:
     logger("podlevel.test").warning("refused %s", "default/no-room", error_type="EmptyPodSharedPoolError",
                                     cpus=CPUSet.parse("0-3"))
 
-    text = stream.getvalue()
+    text = written(stream)
     assert "refused default/no-room" in text and "podlevel.test" in text
     plain = text if log_format == "console" else _without_colours(text)
     assert "error_type=EmptyPodSharedPoolError" in plain and "cpus=0-3" in plain
@@ -112,7 +123,7 @@ def test_the_decision_lines_tests_and_the_demo_wait_for_read_alike_in_both_layou
         with pytest.raises(RpcError):
             plugin.create_container(refused, container(refused, "app"))
 
-    lines = stream.getvalue().splitlines()
+    lines = written(stream).splitlines()
     for expected in (
         "synchronized 0 pods, 0 containers;",
         "placed default/fast container app: pod_exclusive cpus=",
@@ -153,9 +164,46 @@ def test_nothing_is_formatted_below_the_level() -> None:
     loud = Loud()
 
     logger("podlevel.test").debug("value %s", loud, value=loud)
-    assert loud.rendered == 0 and stream.getvalue() == ""
+    assert written(stream) == "" and loud.rendered == 0
 
     logger("podlevel.test").info("value %s", loud, value=loud)
+    [line] = json_lines(stream)
     assert loud.rendered == 2
+    assert (line["event"], line["value"]) == ("value loud", "loud")
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_a_line_logged_on_an_event_loop_is_formatted_once_the_callback_returned() -> None:
+    stream = io.StringIO()
+    configure_logging("info", "json", stream)
+    loud = Loud()
+
+    async def handler() -> None:
+        logger("podlevel.test").info("value %s", loud, value=loud)
+        assert loud.rendered == 0 and stream.getvalue() == ""
+        await asyncio.sleep(0)
+        assert loud.rendered == 2
+
+    asyncio.run(handler())
     [line] = json_lines(stream)
     assert (line["event"], line["value"]) == ("value loud", "loud")
+
+
+def test_every_line_waiting_at_exit_is_written() -> None:
+    """Lines logged by the loop's last callback wait for callbacks that never run: the exit writes them."""
+    program = (
+        "import asyncio\n"
+        "from podlevel.cli.logs import configure_logging\n"
+        "from podlevel.agent.logs import logger\n"
+        "configure_logging('info', 'json')\n"
+        "loop = asyncio.new_event_loop()\n"
+        "def last() -> None:\n"
+        "    for n in range(5000):\n"
+        "        logger('podlevel.test').info('line %d', n, n=n)\n"
+        "    loop.stop()\n"
+        "loop.call_soon(last)\n"
+        "loop.run_forever()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert [json.loads(line)["n"] for line in result.stderr.splitlines()] == list(range(5000))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +181,23 @@ def test_the_agent_never_creates_what_group_or_others_may_write(inherited: int, 
         assert os.umask(before) == kept
     finally:
         os.umask(before)
+
+
+def test_sigterm_stops_the_agent_with_every_line_written(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock"),
+        "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--podresources-socket", "",
+        "--cgroup-root", "", "--log-format", "json",
+    ]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"}) as agent:
+        assert agent.stderr is not None
+        lines = []
+        for line in agent.stderr:
+            lines.append(json.loads(line)["event"])
+            if "reconnecting in" in line:
+                break
+        agent.send_signal(signal.SIGTERM)
+        lines += [json.loads(line)["event"] for line in agent.stderr]
+        assert agent.wait(timeout=30) == 0
+    assert any(line.startswith("node ") for line in lines)
+    assert any("cannot connect to the runtime" in line for line in lines)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import socket
 import struct
@@ -14,7 +15,7 @@ import pytest
 from podlevel.ttrpc.codec import MAX_OUTBOUND_MESSAGE, Code, Connection, Request, Response, Role
 from podlevel.ttrpc.mux import encode_frame
 from podlevel.ttrpc.transport import MAX_STATUS_MESSAGE, RequestHandler, RpcError, Transport
-from support.ttrpc_peer import TIMEOUT, Peer, wait_until
+from support.ttrpc_peer import Peer
 
 PLUGIN = "test.Plugin"
 RUNTIME = "test.Runtime"
@@ -358,21 +359,61 @@ def test_unencodable_reply_answers_internal_and_keeps_the_connection() -> None:
 
 def test_open_unix_dials_a_listening_socket(tmp_path: Any) -> None:
     async def main() -> None:
-        accepted: list[Transport] = []
-
-        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            accepted.append(
-                Transport(reader, writer, {(PLUGIN, "M"): echo(b"srv:")}, role=Role.PLUGIN)
-            )
-
         path = str(tmp_path / "s.sock")
-        server = await asyncio.start_unix_server(on_connect, path)
-        client = await Transport.open_unix(path, {}, role=Role.RUNTIME)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen()
+        listener.setblocking(False)
+        dialled = asyncio.ensure_future(Transport.open_unix(path, {}, role=Role.RUNTIME))
+        accepted, _ = await asyncio.get_running_loop().sock_accept(listener)
+        server = await Transport.from_socket(accepted, {(PLUGIN, "M"): echo(b"srv:")}, role=Role.PLUGIN)
+        client = await dialled
         assert await client.call(PLUGIN, "M", b"z", timeout=5) == b"srv:z"
-        await wait_until(lambda: len(accepted) == 1, TIMEOUT, "server transport created")
         client.close("done")
-        assert await accepted[0].wait_closed() == "peer closed the connection (EOF)"
-        server.close()
-        await server.wait_closed()
+        assert await server.wait_closed() == "peer closed the connection (EOF)"
+        listener.close()
+
+    run(main())
+
+
+def test_a_handler_that_does_not_wait_runs_without_a_task_of_its_own() -> None:
+    async def main() -> None:
+        tasks: list[asyncio.Task[Any] | None] = []
+
+        async def direct(request: Request) -> bytes:
+            tasks.append(asyncio.current_task())
+            return request.payload
+
+        peer, transport = await peer_and_transport({(PLUGIN, "M"): direct})
+        assert (await peer.call(PLUGIN, "M", b"x")).payload == b"x"
+        assert tasks == [None]
+        transport.close("done")
+        peer.close()
+
+    run(main())
+
+
+def test_handlers_that_wait_go_on_each_in_its_own_context() -> None:
+    seen: contextvars.ContextVar[bytes] = contextvars.ContextVar("seen")
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def waiting(request: Request) -> bytes:
+            seen.set(request.payload)
+            await release.wait()
+            return seen.get()
+
+        async def releasing(request: Request) -> bytes:
+            release.set()
+            return b""
+
+        peer, transport = await peer_and_transport({(PLUGIN, "Wait"): waiting, (PLUGIN, "Go"): releasing})
+        requests = [Request(1, PLUGIN, "Wait", b"first"), Request(3, PLUGIN, "Wait", b"second"),
+                    Request(5, PLUGIN, "Go")]
+        responses = await peer.send_requests(requests)
+        assert [response.payload for response in responses] == [b"first", b"second", b""]
+        transport.close("done")
+        peer.close()
 
     run(main())
