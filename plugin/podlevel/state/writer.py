@@ -30,7 +30,9 @@ Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
 
 
 class CheckpointWriter:
-    """Writes the newest submitted checkpoints to `state` in the background; `close` writes what is left."""
+    """Writes the newest submitted checkpoints to `state` in the background, and syncs what it wrote on a
+    second thread (a sync takes milliseconds, and the next admission's write must not queue behind it);
+    `close` writes and syncs what is left."""
 
     def __init__(
         self,
@@ -45,9 +47,15 @@ class CheckpointWriter:
         self._pending: Contents | None = None
         self._submitted = 0
         self._attempted = 0
+        self._unsynced = False
+        """A write succeeded since the last sync began."""
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="checkpoint-writer", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._write_loop, name="checkpoint-writer", daemon=True),
+            threading.Thread(target=self._sync_loop, name="checkpoint-sync", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
         """Write these contents soon, replacing any submitted before that are not written yet."""
@@ -65,17 +73,20 @@ class CheckpointWriter:
             self._changed.wait_for(lambda: self._attempted >= wanted)
 
     def close(self) -> None:
-        """Write what is pending, then stop the thread."""
+        """Write and sync what is pending, then stop the threads."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
-    def _run(self) -> None:
+    def _write_loop(self) -> None:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._pending is not None or self._closed)
                 if self._pending is None:
+                    self._attempted = self._submitted
+                    self._changed.notify_all()  # the sync loop ends once nothing is left to write
                     return
                 contents, self._pending = self._pending, None
                 generation = self._submitted
@@ -88,15 +99,21 @@ class CheckpointWriter:
                 written = True
             with self._changed:
                 self._attempted = generation
+                self._unsynced = self._unsynced or written
                 self._changed.notify_all()
-                newer = self._pending is not None
-            if written and not newer:  # a newer write syncs in its turn
-                self._sync()
 
-    def _sync(self) -> None:
-        try:
-            self.state.sync()
-        except Exception as err:
-            self._on_failure(err)
-        else:
-            self._on_success()
+    def _sync_loop(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(
+                    lambda: self._unsynced or (self._closed and self._attempted >= self._submitted)
+                )
+                if not self._unsynced:
+                    return
+                self._unsynced = False
+            try:
+                self.state.sync()
+            except Exception as err:
+                self._on_failure(err)
+            else:
+                self._on_success()
