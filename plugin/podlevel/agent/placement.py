@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from podlevel.agent.decisions import DecisionLog
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
@@ -263,6 +263,7 @@ class Placement:
         """Counts the events that changed what `view` shows (a reader republishes only then)."""
         self.decisions = DecisionLog()
         """Every admission and refusal, on the state it was decided on (for `explain`)."""
+        self._shapes = _Shapes()
 
     # -- events --------------------------------------------------------------------------------------------
 
@@ -276,7 +277,7 @@ class Placement:
         self.generation += 1
         self.admitted_now = None
         self.sandboxes[sandbox.id] = sandbox
-        pod = pod_shape(sandbox)
+        pod = self._shapes.of(sandbox)
         if pod is None:
             return
         if pod.uid in self._pods:
@@ -322,7 +323,7 @@ class Placement:
         """A container of a sandbox whose pod is not admitted: admit the pod now when it has a shape (its
         sandbox was refused at its start, started while the plugin was down, or a Synchronize could not
         admit it)."""
-        pod = pod_shape(sandbox)
+        pod = self._shapes.of(sandbox)
         if pod is None:
             return
         for table in (self._sandbox_pods, self._refused, self.pod_cgroups):
@@ -469,7 +470,7 @@ class Placement:
         recorded, self._recorded = self._recorded, None
         refused: dict[str, str] = {}
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
-        shapes = _Shapes()
+        shapes = self._shapes
         for sandbox_id, rows in by_sandbox.items():
             for seen in rows:
                 self._track(seen.container_id, _Tracked(sandbox_id, seen.name))
@@ -540,8 +541,9 @@ class Placement:
         else:
             candidates = self._containers
         changed: dict[str, Settings] = {}
+        following: dict[Settings, Settings] = {}
         for container_id in candidates:
-            settings = self._settings(self._containers[container_id], shared)
+            settings = self._settings(self._containers[container_id], shared, following)
             if container_id in unsent or self.applied.get(container_id) != settings:
                 changed[container_id] = settings
                 if undo is not None:
@@ -553,7 +555,12 @@ class Placement:
             self.generation += 1
         return changed
 
-    def _settings(self, tracked: _Tracked, shared: Settings) -> Settings:
+    def _settings(
+        self, tracked: _Tracked, shared: Settings, following: dict[Settings, Settings] | None = None
+    ) -> Settings:
+        """What a tracked container should hold now; `following` keeps, across the calls of one pass over
+        the containers, the settings each managed container outside any bubble moved to (hundreds of equal
+        ones when the pool moves)."""
         uid = self._sandbox_pods.get(tracked.sandbox_id)
         pod = self._pods.get(uid) if uid is not None else None
         settings = pod.get(tracked.name) if pod is not None else None
@@ -564,7 +571,12 @@ class Placement:
             return replace(shared, cpu_quota_us=kubelet_quota(refused, tracked.name, shared.cpu_period_us))
         if settings.assignment is Assignment.NODE_SHARED and settings.cpus != shared.cpus:
             # A managed container outside any bubble follows the pool; its memory nodes stay its own.
-            return replace(settings, cpus=shared.cpus)
+            if following is None:
+                return replace(settings, cpus=shared.cpus)
+            moved = following.get(settings)
+            if moved is None:
+                moved = following[settings] = replace(settings, cpus=shared.cpus)
+            return moved
         return settings
 
     def _node_shared(self) -> Settings:
@@ -708,9 +720,12 @@ def _recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:
 
 
 class _Shapes:
-    """Pod shapes by annotation text, for one Synchronize: a node's pods share a few dozen distinct shapes
-    (one per workload), and reading one costs ~20 us, so each text is read once and the pods after the first
-    take the shape with their own identity."""
+    """Pod shapes by annotation text: a node's pods share a few dozen distinct shapes (one per workload's
+    pod template), and reading one costs ~20-100 us on the way to a pod's first container, so each text is
+    read once and the pods after the first take the shape with their own identity. The `LIMIT` texts read
+    last are kept."""
+
+    LIMIT: Final = 256
 
     def __init__(self) -> None:
         self._read: dict[str, Pod] = {}
@@ -722,6 +737,8 @@ class _Shapes:
         if read is None or not sandbox.uid or not _valid_identity(sandbox):
             pod = pod_shape(sandbox)  # the first of its text, or the error that names the pod
             if pod is not None and text is not None:
+                if len(self._read) >= self.LIMIT:
+                    del self._read[next(iter(self._read))]
                 self._read[text] = pod
             return pod
         return replace(read, uid=sandbox.uid, name=sandbox.name, namespace=sandbox.namespace)

@@ -1,9 +1,10 @@
 """What the plugin holds after each event, frozen for readers on other threads.
 
 The PodResources service, the metrics and the operator endpoints answer from a `NodeSnapshot`, never from
-the live objects: the NRI event thread replaces `PodLevelPlugin.snapshot` (one reference assignment) at the
-end of every event, and a reader takes that reference once and reads a consistent node from it. No reader
-takes a lock the event path waits on.
+the live objects: a reader asks `PodLevelPlugin.snapshot` once, which copies the node between two events
+(the first reader after a change does; the others get the same snapshot), and reads a consistent node from
+it. The copy is made under the lock the event handlers hold, so an event that arrives meanwhile waits for
+it; events themselves copy nothing for readers.
 """
 
 from __future__ import annotations
@@ -31,4 +32,4 @@ class NodeSnapshot:
     synchronized: bool = False
     """The runtime has synchronized with the plugin since it started."""
     generation: int = 0
-    """Counts published snapshots."""
+    """Counts the snapshots made."""

@@ -262,12 +262,13 @@ def test_a_cgroup_parent_outside_the_root_is_refused_for_good(tmp_path: Path) ->
     assert not (tmp_path / "etc").exists()
 
 
-def test_each_event_publishes_a_snapshot_later_events_leave_alone(plugin: PodLevelPlugin) -> None:
+def test_a_snapshot_stays_as_taken_and_is_made_anew_only_after_a_change(plugin: PodLevelPlugin) -> None:
     fast, no_room = sandbox(fast_path()), sandbox(fast_path("no-room", 2, 2))
     app = container(fast, "app")
     app.linux.cgroups_path = "/kubepods/poduid-fast/fast-app"
     plugin.create_container(fast, app)
     after_create = plugin.snapshot
+    assert plugin.snapshot is after_create  # nothing changed in between
 
     with pytest.raises(RpcError):
         plugin.create_container(no_room, container(no_room, "app"))
@@ -278,7 +279,7 @@ def test_each_event_publishes_a_snapshot_later_events_leave_alone(plugin: PodLev
     assert after_create.cgroups_paths == {"fast-app": "/kubepods/poduid-fast/fast-app"}
     assert after_create.placement.applied["fast-app"].assignment is Assignment.POD_EXCLUSIVE
     now = plugin.snapshot
-    assert now.generation == after_create.generation + 2
+    assert now.generation == after_create.generation + 1
     assert now.refusals["sb-no-room"].startswith("EmptyPodSharedPoolError: ")
     assert now.placement.containers == {} and now.cgroups_paths == {}
     assert "sb-fast" not in now.placement.sandboxes
