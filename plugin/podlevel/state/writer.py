@@ -6,10 +6,11 @@ plugin killed at any moment restarts from a state at least as new as what the ru
 admission is decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls
 images in between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do
 (CreateContainer, UpdateContainer, StopContainer, Synchronize) call `wait` first. The write (encoding, a
-temporary file, a rename over the old one) runs here, and `wait` returns once the files are replaced. Only
-then are they synced to the disk (file data, then the directory): the page cache already survives the
-process, and what a power loss could undo matters to no one, since every container is gone after it too (a
-stale checkpoint is reconciled by the first Synchronize, a torn one moved aside).
+temporary file, a rename over the old one) runs here, and `wait` returns once the files are replaced. They
+are synced to the disk (file data, then the directory) on another thread once writes pause for
+`SYNC_AFTER_QUIET_SECONDS`: the page cache already survives the process, and what a power loss could undo
+matters to no one, since every container is gone after it too (a stale checkpoint is reconciled by the
+first Synchronize, a torn one moved aside).
 
 Every submission is the whole node state, so only the newest one waiting needs writing: a write that falls
 behind skips the states already replaced, and leaves the sync to the newest write. A failed write or sync
@@ -21,12 +22,16 @@ fails containers because its disk is full turns a degraded node into a broken on
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from typing import Final
 
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
 from podlevel.state.store import StateDir
 
 Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
+SYNC_AFTER_QUIET_SECONDS: Final = 0.5
+"""How long writes must pause before the written files are synced to the disk."""
 
 
 class CheckpointWriter:
@@ -39,16 +44,20 @@ class CheckpointWriter:
         state: StateDir,
         on_failure: Callable[[Exception], None],
         on_success: Callable[[], None] = lambda: None,
+        *,
+        quiet: float = SYNC_AFTER_QUIET_SECONDS,
     ) -> None:
         self.state = state
+        self._quiet = quiet
         self._on_failure = on_failure
         self._on_success = on_success
         self._changed = threading.Condition()
         self._pending: Contents | None = None
         self._submitted = 0
         self._attempted = 0
-        self._unsynced = False
-        """A write succeeded since the last sync began."""
+        self._unsynced = 0
+        """Writes that succeeded since the last sync began."""
+        self._last_write = 0.0
         self._closed = False
         self._threads = [
             threading.Thread(target=self._write_loop, name="checkpoint-writer", daemon=True),
@@ -80,6 +89,10 @@ class CheckpointWriter:
         for thread in self._threads:
             thread.join()
 
+    @property
+    def _finished(self) -> bool:
+        return self._closed and self._attempted >= self._submitted
+
     def _write_loop(self) -> None:
         while True:
             with self._changed:
@@ -99,18 +112,25 @@ class CheckpointWriter:
                 written = True
             with self._changed:
                 self._attempted = generation
-                self._unsynced = self._unsynced or written
+                self._unsynced += written
+                self._last_write = time.monotonic()
                 self._changed.notify_all()
 
     def _sync_loop(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(
-                    lambda: self._unsynced or (self._closed and self._attempted >= self._submitted)
-                )
+                self._changed.wait_for(lambda: self._unsynced or self._finished)
                 if not self._unsynced:
                     return
-                self._unsynced = False
+                # Wait for a quiet moment: a sync holds the file system's journal, which the next write's
+                # rename waits for, and a burst of events (a node starting, a rollout) writes many times.
+                while not self._finished:
+                    busy = self._attempted < self._submitted
+                    left = self._last_write + self._quiet - time.monotonic()
+                    if not busy and left <= 0:
+                        break
+                    self._changed.wait(self._quiet if busy else left)
+                self._unsynced = 0
             try:
                 self.state.sync()
             except Exception as err:

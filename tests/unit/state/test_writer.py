@@ -77,3 +77,23 @@ def test_close_writes_what_is_pending(tmp_path: Path) -> None:
     writer.submit(_cpu("5"), None)
     writer.close()
     assert _on_disk(tmp_path) == _cpu("5")
+
+
+def test_written_files_are_synced_once_writes_pause(tmp_path: Path) -> None:
+    synced = threading.Event()
+    writer = CheckpointWriter(StateDir(tmp_path), on_failure=lambda err: None, on_success=synced.set, quiet=0)
+    writer.submit(_cpu("0-3"), None)
+    assert synced.wait(timeout=30)
+    writer.close()
+
+
+def test_close_syncs_without_waiting_for_a_pause(tmp_path: Path) -> None:
+    synced: list[bool] = []
+    writer = CheckpointWriter(
+        StateDir(tmp_path), on_failure=lambda err: None, on_success=lambda: synced.append(True), quiet=3600
+    )
+    writer.submit(_cpu("0-3"), None)
+    writer.wait()
+    assert synced == []  # the hour-long pause has not passed
+    writer.close()
+    assert synced == [True]
