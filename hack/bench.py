@@ -27,6 +27,9 @@ alternating by block. nri-podlevel runs as `nri-podlevel run` does by default wh
 - `pod_lifecycle_us_pNN`: each plugin's total over every event of one pod it is subscribed to, from its
   start to its removal, for the pods whose whole lifecycle fell in the churn.
 - `run_pod_sandbox_roundtrip_us_pNN`: RunPodSandbox in the churn (where nri-podlevel admits the pod).
+- `cpu_us_per_pod`: each plugin process's CPU time over the churn (every thread: nri-podlevel writes its
+  checkpoints on threads of their own), divided by the pods replaced: the work a pod costs wherever it
+  runs, which round trips do not show for work done between events.
 - `synchronize_2000_ms`: Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable
   pods) into a freshly launched plugin, every container already where it belongs (a restart); the median
   of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every container updated:
@@ -85,7 +88,7 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology import from_spec
-from podlevel.nri import CreateResult, Stub, api
+from podlevel.nri import CreateResult, Stub, Updates, api
 from podlevel.nri.handler import subscribed_events
 from podlevel.nri.runtime import Event, describe_mask, events_in
 from podlevel.nri.session import PLUGIN_SERVICE
@@ -264,9 +267,7 @@ class TimedPlugin(PodLevelPlugin):
         finally:
             self.create_ns.append(time.perf_counter_ns() - started)
 
-    def synchronize(
-        self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
-    ) -> list[api.ContainerUpdate]:
+    def synchronize(self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]) -> Updates:
         started = time.perf_counter_ns()
         try:
             return super().synchronize(pods, containers)
@@ -418,6 +419,11 @@ class LaunchedPlugin:
             if line.startswith(f"{field}:"):
                 return int(line.split()[1])
         raise PluginFailed(f"/proc/{self.process.pid}/status has no {field}")
+
+    def cpu_ns(self) -> int:
+        """The CPU time the process used so far, every thread (/proc/PID/stat utime + stime)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
     def log_tail(self, lines: int = 20) -> str:
         self._stderr.seek(0)
@@ -739,6 +745,7 @@ def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live:
         for number, batch in enumerate(_batches(pods, block)):
             trips += _send_block(plugins, number, [c for pod in batch for c in pod_start(mask, pod)], False)
             churned.extend(pod for pod in batch if pod.resources is not None)
+        cpu_before = {"nri": ours.cpu_ns(), "go_noop": go.cpu_ns()}
         for number in range(cycles // block):
             calls: list[Call] = []
             for serial in range(number * block, (number + 1) * block):
@@ -746,6 +753,10 @@ def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live:
                 churned.append(_pod_level(f"churn-{serial}"))
                 calls += pod_start(mask, churned[-1])
             trips += _send_block(plugins, number, calls, True)
+        cpu_per_pod = {
+            who: (plugin.cpu_ns() - cpu_before[who]) / (cycles // block * block) / 1000
+            for who, plugin in (("nri", ours), ("go_noop", go))
+        }
         rss = {"nri": ours.status_kib("VmRSS"), "go_noop": go.status_kib("VmRSS")}
         peak = go.status_kib("VmHWM")
         startup = {"nri": ours.registered_ns, "go_noop": go.registered_ns}
@@ -757,6 +768,8 @@ def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live:
     compared_numbers = comparison(trips)
     return {
         **compared_numbers,
+        **{f"{who}_cpu_us_per_pod": round(us) for who, us in cpu_per_pod.items()},
+        "cpu_per_pod_ratio": ratio(cpu_per_pod["nri"], cpu_per_pod["go_noop"]),
         **{f"{who}_rss_mb_steady": round(kib / 1024, 1) for who, kib in rss.items()},
         "rss_mb_steady_ratio": ratio(rss["nri"], rss["go_noop"]),
         "go_noop_rss_mb_peak": round(peak / 1024, 1),
