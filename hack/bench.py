@@ -47,9 +47,10 @@ NUMA nodes x 32 cores x 2 threads); `engine_topology`, `nri_topology`, `nri_live
 the updates it must send (`moving_others_updates_mean`).
 
 Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
-[--live-containers N] [--topology SPEC] [--profile] [--profile-plugin DIR]   (--quick: the same keys with
-fewer samples; --profile: a cProfile of the engine churn on stderr; --profile-plugin: a cProfile of each
-nri-podlevel process, the churn's first)
+[--live-containers N] [--topology SPEC] [--state-base DIR] [--profile] [--profile-plugin DIR]   (--quick: the
+same keys with fewer samples; --state-base: nri-podlevel's state dirs there, e.g. on a tmpfs; --profile: a
+cProfile of the engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the
+churn's first)
 """
 
 from __future__ import annotations
@@ -885,6 +886,9 @@ def main() -> int:
     parser.add_argument("--sync-repeats", type=int, help="Synchronize launches per plugin (3; quick 1)")
     parser.add_argument("--go-plugin", metavar="PATH", help="the Go plugin binary (default: build it)")
     parser.add_argument("--profile", action="store_true", help="cProfile the churn, report to stderr")
+    parser.add_argument("--state-base", metavar="DIR",
+                        help="nri-podlevel's state dirs in DIR, not the temporary dir (a tmpfs shows what "
+                             "the disk adds)")
     parser.add_argument("--profile-plugin", metavar="DIR",
                         help="cProfile each nri-podlevel process into DIR/plugin-PID.prof (pstats)")
     parser.add_argument("--topology", metavar="SPEC", default=TOPOLOGY,
@@ -899,6 +903,8 @@ def main() -> int:
     cycles = args.cycles or (1000 if args.quick else 5000)
     nri_cycles = args.nri_cycles or (300 if args.quick else 2000)
     sync_repeats = args.sync_repeats or (1 if args.quick else 3)
+    if args.state_base:
+        tempfile.tempdir = str(Path(args.state_base).resolve())
     if args.profile_plugin:
         os.environ[PROFILE_PLUGIN_ENV] = str(Path(args.profile_plugin).resolve())
     if args.block < 1 or nri_cycles < 2 * args.block:
