@@ -87,23 +87,20 @@ class _Fragments(Generic[V]):
         """The JSON members (plain and escaped) and the spew map entries of `entries`, in key order; pods
         gone are forgotten."""
         made = self._made
-        json_parts: list[str] = []
-        escaped_parts: list[str] = []
-        shown_parts: list[str] = []
-        for uid in sorted(entries):
-            value = entries[uid]
+        for uid, value in entries.items():
             kept = made.get(uid)
             if kept is None or (kept[0] is not value and kept[0] != value):
                 json_text, shown_text = self._make(uid, value)
-                kept = (value, json_text, _escaped(json_text), shown_text)
-                made[uid] = kept
-            json_parts.append(kept[1])
-            escaped_parts.append(kept[2])
-            shown_parts.append(kept[3])
+                made[uid] = (value, json_text, _escaped(json_text), shown_text)
         if len(made) > len(entries):
             for uid in [uid for uid in made if uid not in entries]:
                 del made[uid]
-        return ",".join(json_parts), ",".join(escaped_parts), " ".join(shown_parts)
+        kept_in_order = [made[uid] for uid in sorted(entries)]
+        return (
+            ",".join([kept[1] for kept in kept_in_order]),
+            ",".join([kept[2] for kept in kept_in_order]),
+            " ".join([kept[3] for kept in kept_in_order]),
+        )
 
 
 def _container_map(uid: str, containers: Mapping[str, str], shown: Mapping[str, str]) -> tuple[str, str]:
