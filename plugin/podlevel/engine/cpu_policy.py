@@ -39,6 +39,7 @@ from podlevel.engine.errors import (
 )
 from podlevel.engine.option_values import parse_go_bool
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, QOSClass
+from podlevel.engine.shared_map import with_item, without_item
 from podlevel.engine.shared_pool import Amounts, empty_shared_pool_violation, partition
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName
@@ -413,11 +414,10 @@ class StaticCPUPolicy:
             cpus = self._allocate_cpus(state, count, hint.affinity, state.reusable.get(pod.uid, EMPTY))
         except AllocationFailed as failed:
             raise self._unexpected(failed) from failed
-        entries = dict(state.entries)
-        entries[pod.uid] = {**entries.get(pod.uid, _NO_CPUS), container.name: cpus}
+        containers = {**state.entries.get(pod.uid, _NO_CPUS), container.name: cpus}
         return CPUState(
             default=state.default - cpus,
-            entries=entries,
+            entries=with_item(state.entries, pod.uid, containers),
             pod_entries=state.pod_entries,
             reusable=self._reused(state.reusable, pod, container, cpus),
         )
@@ -439,12 +439,11 @@ class StaticCPUPolicy:
             partition = self._partition(pod, bubble)
         except AllocationFailed as failed:
             raise self._unexpected(failed) from failed
-        entries = dict(state.entries)
-        entries[pod.uid] = partition
-        pod_entries = dict(state.pod_entries)
-        pod_entries[pod.uid] = bubble
         return CPUState(
-            default=state.default - bubble, entries=entries, pod_entries=pod_entries, reusable=state.reusable
+            default=state.default - bubble,
+            entries=with_item(state.entries, pod.uid, partition),
+            pod_entries=with_item(state.pod_entries, pod.uid, bubble),
+            reusable=state.reusable,
         )
 
     def _partition(self, pod: Pod, bubble: CPUSet) -> dict[str, CPUSet]:
@@ -464,12 +463,11 @@ class StaticCPUPolicy:
         if container_name not in containers:
             return state
         remaining = {name: cpus for name, cpus in containers.items() if name != container_name}
-        entries = dict(state.entries)
         reusable = state.reusable
         if remaining:
-            entries[pod_uid] = remaining
+            entries = with_item(state.entries, pod_uid, remaining)
         else:
-            del entries[pod_uid]
+            entries = without_item(state.entries, pod_uid)
             reusable = {uid: cpus for uid, cpus in reusable.items() if uid != pod_uid}
         bubble = state.pod_entries.get(pod_uid)
         if bubble is None:
@@ -480,6 +478,4 @@ class StaticCPUPolicy:
             return CPUState(state.default | released, entries, state.pod_entries, reusable)
         if remaining:
             return CPUState(state.default, entries, state.pod_entries, reusable)
-        bubbles = {uid: cpus for uid, cpus in state.pod_entries.items() if uid != pod_uid}
-        return CPUState(state.default | bubble, entries, bubbles, reusable)
-
+        return CPUState(state.default | bubble, entries, without_item(state.pod_entries, pod_uid), reusable)
