@@ -138,10 +138,11 @@ class SharedMap(Mapping[K, V]):
 
 
 def _folded(base: dict[K, V], changed: dict[K, V], gone: frozenset[K], added: dict[K, V]) -> dict[K, V]:
-    if changed or gone:
-        folded = {key: changed.get(key, value) for key, value in base.items() if key not in gone}
-    else:
-        folded = dict(base)
+    """The parts as one dict, in order: a copy of the base (one block copy), then the overlay applied."""
+    folded = dict(base)
+    for key in gone:
+        del folded[key]
+    folded.update(changed)
     folded.update(added)
     return folded
 
