@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -203,6 +204,7 @@ class StaticCPUPolicy:
         self._masks = _NUMAMasks.of(self.layout)
         self._numa_cpus = sum(self._masks.node_cpus)
         self._hint_rows = tuple(self._hint_row(narrowest) for narrowest in range(len(self.layout.numa) + 1))
+        self._reaching_out = functools.lru_cache(maxsize=256)(self._reaching_out_of)
 
     # -- sets --------------------------------------------------------------------------------------
 
@@ -292,7 +294,8 @@ class StaticCPUPolicy:
         preference from `_hint_row`.
 
         NUMA nodes are disjoint, so a combination's free CPUs are the sum of its nodes' (`subset_sums`). When
-        the emptiest node can hold the request, every combination can."""
+        the emptiest node can hold the request, every combination can; and when the nodes that cannot hold it
+        alone cannot together either, exactly the combinations with another node can."""
         masks = self._masks
         narrowest = next(
             (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
@@ -307,10 +310,21 @@ class StaticCPUPolicy:
             inside = sum(1 << i for i, cpus in enumerate(masks.node_cpus) if reusable & cpus)
             sums = subset_sums(free)
             return [row[i] for i, p in enumerate(masks.packed) if p & inside == inside and sums[p] >= need]
-        if min(free) >= request:
+        short = short_free = 0
+        for i, count in enumerate(free):
+            if count < request:
+                short |= 1 << i
+                short_free += count
+        if not short:
             return list(row)
+        if short_free < request:
+            return list(itertools.compress(row, self._reaching_out(short)))
         sums = subset_sums(free)
         return [row[i] for i, p in enumerate(masks.packed) if sums[p] >= request]
+
+    def _reaching_out_of(self, nodes: int) -> tuple[bool, ...]:
+        """Per combination, whether it has a node outside `nodes` (packed as in `_NUMAMasks.packed`)."""
+        return tuple(packed & ~nodes != 0 for packed in self._masks.packed)
 
     def container_hints(self, state: CPUState, pod: Pod, container: Container) -> CPUHints:
         """The kubelet's `GetTopologyHints` for one container (None = no preference, [] = impossible)."""
@@ -387,6 +401,8 @@ class StaticCPUPolicy:
         if affinity is not None:
             aligned = CPUSet.from_mask(allocatable.mask & self._aligned(affinity))
             result = self.take(aligned, min(count, len(aligned)))
+        if len(result) == count:
+            return result
         return result | self.take(allocatable - result, count - len(result))
 
     @staticmethod
