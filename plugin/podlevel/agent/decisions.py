@@ -2,7 +2,9 @@
 
 Each record is what the engine decided on: the NodeState before the decision and the Pod (plus the CPUs a
 re-admission was confined to). Both are immutable, so recording keeps references and copies nothing: O(1) on
-the event path. The explanation itself (`engine.explain`) is recomputed on the reader's thread.
+the event path. Consecutive states share most of their per-pod tables (`engine.shared_map`), so the records
+together hold little more than one state. The explanation itself (`engine.explain`) is recomputed on the
+reader's thread.
 
 Bounded: per pod (namespace/name) only the latest record, and at most `LIMIT` pods, the oldest dropped first.
 Readers on other threads call `latest`, a single OrderedDict lookup; CPython runs each OrderedDict operation

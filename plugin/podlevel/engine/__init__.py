@@ -23,6 +23,8 @@ Where each concept lives:
   The merge's non-preferred candidates, found on the lattice of NUMA node subsets: `hint_lattice`.
 - Why a pod got what it got or was refused (admission replayed with its merges traced): `explain`.
 - NUMA masks and the kubelet's orders over them: `bitmask`.
+- The per-pod tables of a state (admitted pods, CPU and memory entries), which a new state shares with the
+  one it was made from instead of copying them: `shared_map`.
 - CFS conversions (CPU request to `cpu.shares`, limit to quota) and the unlimited quota: `cfs`.
 - The machine (CPUs, cores, sockets, NUMA nodes, distances) and synthetic machines: `topology`.
 - Value syntax: CPU lists (`0-3,8`) in `cpuset`, quantities (`500m`, `4Gi`) in `quantity`, option values

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -263,19 +263,24 @@ class CPUAccumulator:
 
     # -- the steps, largest units first ------------------------------------------------------------
 
-    def _take_whole(self, units: Iterable[int], masks: Mapping[int, int], smallest: int) -> None:
-        """Take each wholly free unit, in order, while at least its size is still needed."""
-        for unit in self.wholly_free(units, masks):
+    def _take_whole(
+        self, order: Callable[[int], Iterable[int]], masks: Mapping[int, int], smallest: int
+    ) -> None:
+        """Take each wholly free unit, in `order(free)`, while at least its size is still needed. A request
+        smaller than the smallest unit orders nothing."""
+        if self.needed < smallest:
+            return
+        for unit in self.wholly_free(order(self.free), masks):
             if self.needed < smallest:
                 return
             if self.needs_at_least(masks[unit].bit_count()):
                 self.take(masks[unit])
 
     def take_full_numa_nodes(self) -> None:
-        self._take_whole(self.numa_order(self.free), self.layout.numa, self.layout.smallest_numa)
+        self._take_whole(self.numa_order, self.layout.numa, self.layout.smallest_numa)
 
     def take_full_sockets(self) -> None:
-        self._take_whole(self.socket_order(self.free), self.layout.socket, self.layout.smallest_socket)
+        self._take_whole(self.socket_order, self.layout.socket, self.layout.smallest_socket)
 
     def take_full_first_level(self) -> None:
         if self.layout.numa_first:
@@ -312,14 +317,14 @@ class CPUAccumulator:
         layout = self.layout
         uncores = list(self.uncore_order(self.free))
         if uncores and self.needs_at_least(layout.cpus_per_uncore):
-            self._take_whole(self.uncore_order(self.free), layout.uncore, layout.smallest_uncore)
+            self._take_whole(self.uncore_order, layout.uncore, layout.smallest_uncore)
         for uncore in uncores:
             if self.is_satisfied():
                 return
             self.take_partial_uncore(uncore)
 
     def take_full_cores(self) -> None:
-        self._take_whole(self.core_order(self.free), self.layout.core, self.layout.smallest_core)
+        self._take_whole(self.core_order, self.layout.core, self.layout.smallest_core)
 
     def take_remaining_cpus(self) -> None:
         taken = 0

@@ -22,6 +22,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from podlevel.engine.errors import (
 )
 from podlevel.engine.option_values import parse_go_bool
 from podlevel.engine.pod import CPU, Container, ContainerKind, Pod, QOSClass
+from podlevel.engine.shared_map import with_item, without_item
 from podlevel.engine.shared_pool import Amounts, empty_shared_pool_violation, partition
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import TopologyHint, TopologyPolicyName
@@ -202,6 +204,7 @@ class StaticCPUPolicy:
         self._masks = _NUMAMasks.of(self.layout)
         self._numa_cpus = sum(self._masks.node_cpus)
         self._hint_rows = tuple(self._hint_row(narrowest) for narrowest in range(len(self.layout.numa) + 1))
+        self._reaching_out = functools.lru_cache(maxsize=256)(self._reaching_out_of)
 
     # -- sets --------------------------------------------------------------------------------------
 
@@ -291,7 +294,8 @@ class StaticCPUPolicy:
         preference from `_hint_row`.
 
         NUMA nodes are disjoint, so a combination's free CPUs are the sum of its nodes' (`subset_sums`). When
-        the emptiest node can hold the request, every combination can."""
+        the emptiest node can hold the request, every combination can; and when the nodes that cannot hold it
+        alone cannot together either, exactly the combinations with another node can."""
         masks = self._masks
         narrowest = next(
             (nodes for nodes, size in zip(masks.nodes, masks.sizes, strict=True) if size >= request),
@@ -306,10 +310,21 @@ class StaticCPUPolicy:
             inside = sum(1 << i for i, cpus in enumerate(masks.node_cpus) if reusable & cpus)
             sums = subset_sums(free)
             return [row[i] for i, p in enumerate(masks.packed) if p & inside == inside and sums[p] >= need]
-        if min(free) >= request:
+        short = short_free = 0
+        for i, count in enumerate(free):
+            if count < request:
+                short |= 1 << i
+                short_free += count
+        if not short:
             return list(row)
+        if short_free < request:
+            return list(itertools.compress(row, self._reaching_out(short)))
         sums = subset_sums(free)
         return [row[i] for i, p in enumerate(masks.packed) if sums[p] >= request]
+
+    def _reaching_out_of(self, nodes: int) -> tuple[bool, ...]:
+        """Per combination, whether it has a node outside `nodes` (packed as in `_NUMAMasks.packed`)."""
+        return tuple(packed & ~nodes != 0 for packed in self._masks.packed)
 
     def container_hints(self, state: CPUState, pod: Pod, container: Container) -> CPUHints:
         """The kubelet's `GetTopologyHints` for one container (None = no preference, [] = impossible)."""
@@ -386,6 +401,8 @@ class StaticCPUPolicy:
         if affinity is not None:
             aligned = CPUSet.from_mask(allocatable.mask & self._aligned(affinity))
             result = self.take(aligned, min(count, len(aligned)))
+        if len(result) == count:
+            return result
         return result | self.take(allocatable - result, count - len(result))
 
     @staticmethod
@@ -413,11 +430,10 @@ class StaticCPUPolicy:
             cpus = self._allocate_cpus(state, count, hint.affinity, state.reusable.get(pod.uid, EMPTY))
         except AllocationFailed as failed:
             raise self._unexpected(failed) from failed
-        entries = dict(state.entries)
-        entries[pod.uid] = {**entries.get(pod.uid, _NO_CPUS), container.name: cpus}
+        containers = {**state.entries.get(pod.uid, _NO_CPUS), container.name: cpus}
         return CPUState(
             default=state.default - cpus,
-            entries=entries,
+            entries=with_item(state.entries, pod.uid, containers),
             pod_entries=state.pod_entries,
             reusable=self._reused(state.reusable, pod, container, cpus),
         )
@@ -439,12 +455,11 @@ class StaticCPUPolicy:
             partition = self._partition(pod, bubble)
         except AllocationFailed as failed:
             raise self._unexpected(failed) from failed
-        entries = dict(state.entries)
-        entries[pod.uid] = partition
-        pod_entries = dict(state.pod_entries)
-        pod_entries[pod.uid] = bubble
         return CPUState(
-            default=state.default - bubble, entries=entries, pod_entries=pod_entries, reusable=state.reusable
+            default=state.default - bubble,
+            entries=with_item(state.entries, pod.uid, partition),
+            pod_entries=with_item(state.pod_entries, pod.uid, bubble),
+            reusable=state.reusable,
         )
 
     def _partition(self, pod: Pod, bubble: CPUSet) -> dict[str, CPUSet]:
@@ -464,12 +479,11 @@ class StaticCPUPolicy:
         if container_name not in containers:
             return state
         remaining = {name: cpus for name, cpus in containers.items() if name != container_name}
-        entries = dict(state.entries)
         reusable = state.reusable
         if remaining:
-            entries[pod_uid] = remaining
+            entries = with_item(state.entries, pod_uid, remaining)
         else:
-            del entries[pod_uid]
+            entries = without_item(state.entries, pod_uid)
             reusable = {uid: cpus for uid, cpus in reusable.items() if uid != pod_uid}
         bubble = state.pod_entries.get(pod_uid)
         if bubble is None:
@@ -480,6 +494,4 @@ class StaticCPUPolicy:
             return CPUState(state.default | released, entries, state.pod_entries, reusable)
         if remaining:
             return CPUState(state.default, entries, state.pod_entries, reusable)
-        bubbles = {uid: cpus for uid, cpus in state.pod_entries.items() if uid != pod_uid}
-        return CPUState(state.default | bubble, entries, bubbles, reusable)
-
+        return CPUState(state.default | bubble, entries, without_item(state.pod_entries, pod_uid), reusable)

@@ -24,7 +24,8 @@ CFS quota (§4.6):
 - the node shared pool: None, which leaves the runtime's value alone.
 
 Invariants:
-- every operation returns a new `NodeState` or raises, so a refused pod leaves the state as it was;
+- every operation returns a new `NodeState` or raises, so a refused pod leaves the state as it was; the new
+  state shares the per-pod tables it does not change with the old one (`shared_map`);
 - admitting a pod that is already admitted returns the state unchanged;
 - `pods` holds exactly the pods with at least one container not yet removed;
 - a bubble goes back to the node only when the pod's last container is removed.
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 from types import MappingProxyType
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal
 
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
@@ -47,6 +48,7 @@ from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_amount, format_bytes
+from podlevel.engine.shared_map import SharedMap, with_item, without_item
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import (
     Alignment,
@@ -63,9 +65,6 @@ POD_SCOPE_PREFIX: Final = "Pod Scope "
 
 _NO_PREFERENCE: Final = TopologyHint(None, False)
 """What the kubelet's `none` topology policy hands the providers (an empty hint)."""
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 CPUPolicyName = Literal["static", "none"]
 MemoryPolicyName = Literal["Static", "None"]
@@ -139,8 +138,7 @@ class NodeState:
     pods: Mapping[str, Pod]
     """Admitted pods by uid."""
     removed: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """pod uid -> names of its containers already removed, for pods that still have others. Kept apart from
-    `pods` so an admission copies one map, not two."""
+    """pod uid -> names of its containers already removed, for pods that still have others."""
 
     def live_containers(self, pod_uid: str) -> tuple[Container, ...]:
         """The pod's containers not yet removed, in declaration order (init containers first)."""
@@ -175,7 +173,7 @@ class Engine:
         return self._cpu.reserved
 
     def initial_state(self) -> NodeState:
-        return NodeState(cpu=self._cpu.initial_state(), memory=self._memory.initial_state(), pods={})
+        return NodeState(cpu=self._cpu.initial_state(), memory=self._memory.initial_state(), pods=SharedMap())
 
     # -- admission ---------------------------------------------------------------------------------------
 
@@ -215,7 +213,9 @@ class Engine:
         if within is not None:
             # Admission only takes from the shared pool: what left the confined view leaves the real one.
             cpu = replace(cpu, default=state.cpu.default - (view.cpu.default - cpu.default))
-        new = NodeState(cpu=cpu, memory=memory, pods=_with(state.pods, pod.uid, pod), removed=state.removed)
+        new = NodeState(
+            cpu=cpu, memory=memory, pods=with_item(state.pods, pod.uid, pod), removed=state.removed
+        )
         return new, self.decision(new, pod.uid)
 
     def restore(self, state: NodeState, pod: Pod, recorded: CPUState) -> tuple[NodeState, PodDecision]:
@@ -358,9 +358,9 @@ class Engine:
             memory = self._memory.remove_container(memory, pod_uid, name)
         if live > len(names):
             gone = state.removed.get(pod_uid, frozenset()).union(names)
-            return NodeState(cpu, memory, state.pods, _with(state.removed, pod_uid, gone))
-        removed = _without(state.removed, pod_uid) if pod_uid in state.removed else state.removed
-        return NodeState(cpu, memory, _without(state.pods, pod_uid), removed)
+            return NodeState(cpu, memory, state.pods, with_item(state.removed, pod_uid, gone))
+        removed = without_item(state.removed, pod_uid) if pod_uid in state.removed else state.removed
+        return NodeState(cpu, memory, without_item(state.pods, pod_uid), removed)
 
     # -- views -------------------------------------------------------------------------------------------
 
@@ -464,7 +464,7 @@ def _with_recorded_slices(
         default = (default | taken) - recorded
     elif not recorded.is_subset(bubble):
         return admitted
-    return replace(admitted, default=default, entries=_with(admitted.entries, pod_uid, dict(slices)))
+    return replace(admitted, default=default, entries=with_item(admitted.entries, pod_uid, dict(slices)))
 
 
 def _has_impossible(hints: ProviderHints) -> bool:
@@ -485,17 +485,3 @@ def _aggregate(pod: Pod) -> Mapping[str, int]:
 def _requests(container: Container) -> Mapping[str, int]:
     names = container.resources.requests.keys() | container.resources.limits.keys()
     return {name: container.resources.request(name) for name in names}
-
-
-def _with(mapping: Mapping[K, V], key: K, value: V) -> Mapping[K, V]:
-    """A copy with one key set. Plain dicts, never mutated once built: copying a dict is a memcpy, copying a
-    MappingProxyType walks it key by key (10x slower at 500 pods)."""
-    copy = dict(mapping)
-    copy[key] = value
-    return copy
-
-
-def _without(mapping: Mapping[K, V], key: K) -> Mapping[K, V]:
-    copy = dict(mapping)
-    del copy[key]
-    return copy

@@ -39,6 +39,7 @@ from podlevel.engine.pod import (
     is_memory_resource,
 )
 from podlevel.engine.quantity import bytes_of, format_bytes
+from podlevel.engine.shared_map import with_item, without_item
 from podlevel.engine.shared_pool import empty_shared_pool_violation, partition
 from podlevel.engine.topology import NUMANode, Topology
 from podlevel.engine.topology_manager import TopologyHint
@@ -276,10 +277,14 @@ class StaticMemoryPolicy:
         machine = dict(state.machine)
         for block in blocks:
             _charge(machine, nodes, block.type, max(block.size - reusable.get(block.type, 0), 0))
-        entries = _with_entry(state.entries, pod.uid, container.name, blocks)
-        entries = _shrink_init_blocks(entries, pod, container, blocks)
+        containers = _shrink_init_blocks(
+            {**state.entries.get(pod.uid, {}), container.name: blocks}, pod, container
+        )
         return MemoryState(
-            machine, entries, state.pod_entries, _reusable_after(state, pod, container, blocks)
+            machine,
+            with_item(state.entries, pod.uid, containers),
+            state.pod_entries,
+            _reusable_after(state, pod, container, blocks),
         )
 
     def allocate_pod(self, state: MemoryState, pod: Pod, hint: TopologyHint) -> MemoryState:
@@ -298,10 +303,8 @@ class StaticMemoryPolicy:
         machine = dict(state.machine)
         for name, size in sorted(budget.items()):
             _charge(machine, nodes, name, size)
-        pod_blocks = _blocks(nodes, budget)
-        entries = dict(state.entries)
-        entries[pod.uid] = _partition(pod, budget, nodes)
-        pod_entries = {**state.pod_entries, pod.uid: pod_blocks}
+        entries = with_item(state.entries, pod.uid, _partition(pod, budget, nodes))
+        pod_entries = with_item(state.pod_entries, pod.uid, _blocks(nodes, budget))
         return MemoryState(machine, entries, pod_entries, state.init_reusable)
 
     @staticmethod
@@ -422,19 +425,20 @@ class StaticMemoryPolicy:
         if pod_blocks is None and container_name not in containers:
             return state
         remaining = {name: blocks for name, blocks in containers.items() if name != container_name}
-        entries = dict(state.entries)
+        entries: Entries
+        pod_entries: PodEntries
         if remaining:
-            entries[pod_uid] = remaining
+            entries = with_item(state.entries, pod_uid, remaining)
         else:
-            entries.pop(pod_uid, None)
+            entries = without_item(state.entries, pod_uid) if pod_uid in state.entries else state.entries
         if pod_blocks is not None:
             if remaining:
                 return replace(state, entries=entries)
             released = pod_blocks
-            pod_entries = {uid: blocks for uid, blocks in state.pod_entries.items() if uid != pod_uid}
+            pod_entries = without_item(state.pod_entries, pod_uid)
         else:
             released = containers[container_name]
-            pod_entries = dict(state.pod_entries)
+            pod_entries = state.pod_entries
         machine = dict(state.machine)
         for block in released:
             _release(machine, block)
@@ -590,14 +594,6 @@ def _release(machine: dict[int, NUMANodeState], block: MemoryBlock) -> None:
         machine[n] = NUMANodeState(assignments, memory_map, cells)
 
 
-def _with_entry(
-    entries: Entries, pod_uid: str, name: str, blocks: tuple[MemoryBlock, ...]
-) -> dict[str, Mapping[str, tuple[MemoryBlock, ...]]]:
-    updated = dict(entries)
-    updated[pod_uid] = {**entries.get(pod_uid, {}), name: blocks}
-    return updated
-
-
 def _is_standard_init(pod: Pod, container: Container) -> bool:
     return any(c.name == container.name and c.kind is ContainerKind.INIT for c in pod.init_containers)
 
@@ -622,15 +618,12 @@ def _reusable_after(
 
 
 def _shrink_init_blocks(
-    entries: dict[str, Mapping[str, tuple[MemoryBlock, ...]]],
-    pod: Pod,
-    container: Container,
-    blocks: tuple[MemoryBlock, ...],
-) -> dict[str, Mapping[str, tuple[MemoryBlock, ...]]]:
-    """`updateInitContainersMemoryBlocks`: shrink the blocks of the standard init containers before this one
-    by what it reuses, so the pod's container blocks add up to what the machine charged."""
-    containers = dict(entries.get(pod.uid, {}))
-    for block in blocks:
+    containers: dict[str, tuple[MemoryBlock, ...]], pod: Pod, container: Container
+) -> dict[str, tuple[MemoryBlock, ...]]:
+    """`updateInitContainersMemoryBlocks`: shrink the blocks of the standard init containers before
+    `container` by what it reuses, so the pod's container blocks (`containers`, changed in place) add up to
+    what the machine charged."""
+    for block in containers[container.name]:
         size = block.size
         for init in pod.init_containers:
             if init.name == container.name or size == 0:
@@ -645,8 +638,7 @@ def _shrink_init_blocks(
                     old = replace(old, size=old.size - taken)
                 shrunk.append(old)
             containers[init.name] = tuple(shrunk)
-    entries[pod.uid] = containers
-    return entries
+    return containers
 
 
 def _compare_node(n: int, actual: Mapping[int, NUMANodeState], expected: Mapping[int, NUMANodeState]) -> None:

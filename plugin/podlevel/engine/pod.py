@@ -45,6 +45,11 @@ def _frozen(values: Mapping[str, int] | None = None) -> Mapping[str, int]:
 class Resources:
     requests: Mapping[str, int] = field(default_factory=_frozen)
     limits: Mapping[str, int] = field(default_factory=_frozen)
+    _equivalent_guaranteed: bool = field(init=False, repr=False, compare=False)
+    """Computed once: admission asks it of each container several times."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_equivalent_guaranteed", self._compute_equivalent_guaranteed())
 
     def request(self, name: str) -> int:
         """The request, defaulting to the limit as the API server does when only a limit is given."""
@@ -56,6 +61,9 @@ class Resources:
     def is_equivalent_guaranteed(self) -> bool:
         """CPU and memory requests non-zero and equal to their limits, as the kubelet's
         `IsContainerEquivalentQOSGuaranteed` has it."""
+        return self._equivalent_guaranteed
+
+    def _compute_equivalent_guaranteed(self) -> bool:
         for name in (CPU, MEMORY):
             request, limit = self.request(name), self.limits.get(name, 0)
             if request == 0 or request != limit:

@@ -169,12 +169,18 @@ class TopologyManager:
         self._lattice = NodeLattice(self.node_ids) if count <= LATTICE_MAX_NODES else None
         closest = options.prefer_closest_numa_nodes and self.policy is not TopologyPolicyName.SINGLE_NUMA_NODE
         self._fitness: Fitness = closest_key(topology, self.node_ids) if closest else narrowness
+        self._unconstrained = self._merge_lists(filter_provider_hints([None]))
+        """The merge when no provider has a preference (most pods: nothing exclusive), made once."""
 
     def merge(self, providers: Sequence[ProviderHints]) -> tuple[TopologyHint, bool]:
         """The best hint and whether the policy admits it (`Policy.Merge`)."""
         if self.policy is TopologyPolicyName.NONE:
             return TopologyHint(None, False), True
-        lists = filter_provider_hints(providers)
+        if not any(providers):
+            return self._unconstrained
+        return self._merge_lists(filter_provider_hints(providers))
+
+    def _merge_lists(self, lists: Sequence[Sequence[TopologyHint]]) -> tuple[TopologyHint, bool]:
         if self.policy is TopologyPolicyName.SINGLE_NUMA_NODE:
             best = self.merge_filtered(single_numa_hints(lists))
             if best.affinity == self.default_affinity:
