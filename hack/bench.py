@@ -84,7 +84,7 @@ from google.protobuf.message import Message
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.cli.logs import configure_logging
-from podlevel.cli.run import plugin_metrics
+from podlevel.cli.run import plugin_metrics, report_server
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
@@ -96,6 +96,7 @@ from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
 from podlevel.report.metrics import PluginMetrics
+from podlevel.report.podresources import PodResourcesServer
 from podlevel.state.store import StateDir
 from podlevel.ttrpc.codec import Connection, Inbound, Request, Response, Role
 
@@ -105,15 +106,20 @@ LIVE_CONTAINERS = 560
 """The NRI churn's node: the mix's 500 pods."""
 SYNC_CONTAINERS = 2000
 MI = 2**20
+SETTLE_S: Final = 0.2
+"""After a large Synchronize nri-podlevel hands the freed heap back once its answer is written: VmRSS is read
+this long after the answer."""
 PLUGIN_PROCESS_FLAG: Final = "--plugin-process"
 PROFILE_PLUGIN_ENV: Final = "PODLEVEL_BENCH_PROFILE_DIR"
 """Set by --profile-plugin for the plugin processes, which inherit it."""
 HACK: Final = Path(__file__).resolve().parent
 PLUGIN_SETUP: Final = (
-    "as `nri-podlevel run` runs by default where it matters for speed: checkpoints written (and synced) to a "
-    "state dir in a tmp dir, info logs as JSON lines to a file, metrics counted (no HTTP server, no "
-    "PodResources socket); pod cgroups off (--cgroup-root \"\": no cgroups here); the engine on the "
-    "synthetic node above instead of sysfs"
+    "as `nri-podlevel run` runs with its default endpoints: checkpoints written (and synced) to a state dir "
+    "in a tmp dir, info logs as JSON lines to a file, metrics counted and the HTTP endpoint (probes, "
+    "/metrics, views) listening on 127.0.0.1, the PodResources socket listening in the tmp dir (never "
+    "asked, so gRPC is not loaded, as on a node without PodResources clients); pod cgroups off "
+    "(--cgroup-root \"\": no cgroups here); the engine on the synthetic node above instead of sysfs; the "
+    "process runs this script (its imports beside the plugin's: argparse, cProfile, statistics)"
 )
 GO_SETUP: Final = (
     "tests/integration/goplugin -noop: the upstream NRI stub answering every event with no "
@@ -282,12 +288,20 @@ def plugin_process(state_dir: str, spec: str) -> int:
     configure_logging("info", "auto")
     metrics = plugin_metrics(lambda: handler.snapshot)
     handler = TimedPlugin(Placement(bench_engine(spec)), StateDir(Path(state_dir)), metrics)
+    stub = Stub.from_environment(handler, observer=metrics)
+    server = report_server("127.0.0.1:0", stub, metrics, handler)
+    podresources = PodResourcesServer(Path(state_dir) / "report" / "pod-resources.sock",
+                                      lambda: handler.snapshot)
+    server.start()
+    podresources.start()
     profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
     profiler = cProfile.Profile() if profile_dir else None
     gc.freeze()  # as `run` does once started
     with profiler or contextlib.nullcontext():
-        Stub.from_environment(handler, observer=metrics).run()
+        stub.run()
     handler.close()
+    podresources.stop()
+    server.stop()
     if profiler is not None:
         profiler.dump_stats(Path(str(profile_dir), f"plugin-{os.getpid()}.prof"))
     json.dump(
@@ -817,9 +831,10 @@ def sync_node(spec: str) -> tuple[list[api.PodSandbox], list[api.Container], dic
 def _synchronized(command: Sequence[str], sandboxes: Sequence[api.PodSandbox],
                   listed: Sequence[api.Container]) -> tuple[int, int, int, bytes]:
     """Launch a plugin into a node of `listed` containers: the Synchronize round trip, updates answered,
-    VmRSS after it, and what the plugin printed."""
+    VmRSS once it settled, and what the plugin printed."""
     with launched_plugin(command) as plugin:
         answer, elapsed = plugin.handshake(sandboxes, listed)
+        time.sleep(SETTLE_S)
         rss_kib = plugin.status_kib("VmRSS")
         return elapsed, len(answer.update), rss_kib, plugin.finish()
 

@@ -18,7 +18,6 @@ from typing import Any, Final
 
 from podlevel.cli.inputs import read_text
 from podlevel.engine.errors import InputError
-from podlevel.podspec.documents import load_yaml_all
 
 KUBELET_API_VERSION: Final = "kubelet.config.k8s.io/v1beta1"
 KUBELET_KIND: Final = "KubeletConfiguration"
@@ -103,8 +102,11 @@ NO_FILE: Final = ConfigFile("", MappingProxyType({}), ())
 def read_config(path: str, known: Collection[str]) -> ConfigFile:
     """The settings of the file at `path`; `known` are the dests its flag-name keys may set.
 
-    Raises InputError (rule `--config`) naming the file and the key.
+    Raises InputError (rule `--config`) naming the file and the key. PyYAML is imported here, for a file:
+    `run` without one does without it.
     """
+    from podlevel.podspec.yaml_documents import load_yaml_all
+
     try:
         # Every scalar stays the string it was written as: `plugin-index: 05` must not become 5, nor
         # `reserved-cpus: 010` the octal 8.

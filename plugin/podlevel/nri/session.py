@@ -52,6 +52,8 @@ MAX_SYNC_OBJECTS: Final = 250_000
 MAX_SYNC_BYTES: Final = 256 << 20
 """Request payload bytes; a chunk counts as at least `SYNC_CHUNK_MIN_BYTES`, so empty chunks end too."""
 SYNC_CHUNK_MIN_BYTES: Final = 4 << 10
+TRIM_AFTER_SYNC_BYTES: Final = 1 << 20
+"""A Synchronize this large leaves enough freed heap behind to be worth handing back (`release_free_heap`)."""
 
 # containerd's default plugin_request_timeout, used until Configure announces the real one.
 DEFAULT_REQUEST_TIMEOUT: Final = 2.0
@@ -103,6 +105,20 @@ def unencodable(rpc: str, exc: Exception) -> RpcError:
     """The status for a handler result that makes no valid reply (a field of the wrong type, text that
     UTF-8 cannot carry): the handler's fault, not the runtime's."""
     return RpcError(Code.INTERNAL, f"{rpc}: the handler's answer cannot be encoded: {exc}")
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's `malloc_trim`; nothing elsewhere).
+
+    Decoding a Synchronize allocates and frees megabytes, interleaved with what the handler keeps, and glibc
+    returns only the free top of its heap by itself: after 2,000 containers the process would keep ~10 MiB
+    it no longer uses. Trimming walks the heap once, which costs well under a millisecond.
+    """
+    import ctypes
+
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _seconds(timeout: float) -> str:
@@ -242,6 +258,9 @@ class Session:
             )
         if request.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
+        if self._sync_bytes >= TRIM_AFTER_SYNC_BYTES:
+            # Once this answer is written: the request's messages are garbage by then.
+            asyncio.get_running_loop().call_soon(release_free_heap)
         self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
         updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))
         self.synchronized = True

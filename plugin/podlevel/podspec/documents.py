@@ -1,4 +1,6 @@
-"""JSON and YAML text from outside (a pod's annotation, manifests, a config file) decoded within the limits.
+"""JSON text from outside (a pod's annotation, an admission review) decoded within the limits, and the checks
+YAML text shares (`yaml_documents`, kept apart so that the daemon, which reads only JSON on its event path,
+does not load PyYAML).
 
 Python's decoders recurse once per nesting level and convert every integer they meet, so a 143-byte text
 can raise RecursionError or spend seconds in `int()`; these loaders refuse such input first, with an
@@ -16,9 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any, Final
-
-import yaml
+from typing import Final
 
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import MAX_INTEGER_DIGITS, MAX_NESTING, encodable, json_depth, quote
@@ -40,7 +40,7 @@ def load_json(text: str, where: str) -> object:
     try:
         document = _DECODER.decode(text)
     except ValueError as err:  # JSONDecodeError, or a number the hooks refused
-        raise InputError("json", f"{where}: not JSON ({_short(err)})") from None
+        raise InputError("json", f"{where}: not JSON ({one_line(err)})") from None
     check_text(document, where)
     return document
 
@@ -57,69 +57,6 @@ def _constant(name: str) -> object:
 
 _DECODER: Final = json.JSONDecoder(parse_int=_number, parse_float=_number, parse_constant=_constant)
 """Built once: it decodes on the CreateContainer path."""
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing nesting beyond `MAX_NESTING` and over-long integers."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_NESTING:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # PyYAML's stubs
-                problem = f"nested more than {MAX_NESTING} levels deep"
-                raise yaml.composer.ComposerError(None, None, problem, mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_yaml_int(self, node: Any) -> int:
-        if len(node.value) > MAX_INTEGER_DIGITS:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value)} characters (at most {MAX_INTEGER_DIGITS})",
-                node.start_mark,
-            )
-        value: int = super().construct_yaml_int(node)
-        return value
-
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
-
-
-class _TextLoader(_Loader):
-    """Every plain scalar the string it was written as (no implicit int, bool or null), for settings files:
-    `plugin-index: 05` must not become 5, nor `reserved-cpus: 010` the octal 8."""
-
-
-_TextLoader.yaml_implicit_resolvers = {}
-
-
-def load_yaml_all(text: str, where: str, *, as_text: bool = False) -> list[Any]:
-    """Every document of a (multi-document) YAML text; `as_text` keeps every scalar a string. Raises
-    InputError with rule "yaml" (or "UTF-8") naming `where`."""
-    try:
-        documents = list(yaml.load_all(text, Loader=_TextLoader if as_text else _Loader))
-    except yaml.YAMLError as err:
-        raise yaml_error(err, where) from None
-    for document in documents:
-        check_text(document, where)
-    return documents
-
-
-def yaml_loader(text: str) -> yaml.SafeLoader:
-    """PyYAML's safe loader over `text` within the limits, for callers that need the nodes too; its
-    `yaml.YAMLError`s become InputErrors with `yaml_error`, and what it constructs is checked with
-    `check_text`."""
-    return _Loader(text)
-
-
-def yaml_error(err: yaml.YAMLError, where: str) -> InputError:
-    """The InputError (rule "yaml") for a YAML error of the input `where`, on one line."""
-    return InputError("yaml", f"{where}: {_short(err)}")
 
 
 def check_text(document: object, where: str) -> None:
@@ -155,11 +92,7 @@ def _child(path: str, key: object) -> str:
     return f"{path}[{quote(str(key))}]"
 
 
-def _short(err: Exception) -> str:
-    """A decoder's message on one line, without PyYAML's excerpt of the offending text."""
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
-        mark = err.problem_mark
-        context = f"{err.context}: " if err.context else ""
-        return f"{context}{err.problem} (line {mark.line + 1}, column {mark.column + 1})"
+def one_line(err: Exception) -> str:
+    """A decoder's message on one line, at most 400 characters."""
     text = " ".join(str(err).split())
     return text if len(text) <= 400 else text[:400] + "... (truncated)"

@@ -23,7 +23,7 @@ import yaml
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import MAX_POD_COPIES, quote
 from podlevel.engine.pod import Pod
-from podlevel.podspec.documents import check_text, yaml_error, yaml_loader
+from podlevel.podspec.documents import check_text
 from podlevel.podspec.manifest import (
     SHAPE_ANNOTATION,
     derived_uid,
@@ -32,6 +32,7 @@ from podlevel.podspec.manifest import (
     pod_from_spec,
     to_annotation,
 )
+from podlevel.podspec.yaml_documents import yaml_error, yaml_loader
 from podlevel.podspec.yaml_edit import Edit, apply_edits, node_at, set_value
 
 Path = tuple[str | int, ...]

@@ -64,8 +64,6 @@ def bind_private(path: Path, bind: Callable[[str], None], *, gid: int | None, ru
         for leftover in hidden.iterdir():
             leftover.unlink()
         hidden.rmdir()
-    if gid is not None:
-        _warn_unreachable(path, gid)
     return path.lstat()
 
 
@@ -79,7 +77,7 @@ def remove_if_same(path: Path, created: os.stat_result) -> None:
         path.unlink()
 
 
-def _warn_unreachable(path: Path, gid: int) -> None:
+def warn_if_unreachable(path: Path, gid: int) -> None:
     """The group needs to search the socket's directory too; say so when it cannot."""
     directory = path.parent.stat()
     group_may = directory.st_gid == gid and directory.st_mode & stat.S_IXGRP

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from podlevel.engine.errors import InputError
-from podlevel.podspec.documents import JSONNumber, load_json, load_yaml_all
+from podlevel.podspec.documents import JSONNumber, load_json
+from podlevel.podspec.yaml_documents import load_yaml_all
 
 
 def refused(load: object, text: str) -> InputError:

@@ -7,6 +7,8 @@ import grp
 import os
 import socket
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,3 +301,36 @@ def test_a_stale_socket_is_replaced_and_other_files_refused(tmp_path: Path, pod_
 def test_the_kubelets_socket_is_refused(pod_scope: Placement) -> None:
     with pytest.raises(InputError, match="is the kubelet's own PodResources socket"):
         PodResourcesServer(KUBELET_SOCKET, lambda: snapshot_of(pod_scope))
+
+
+def test_grpc_is_loaded_only_when_a_client_connects(tmp_path: Path) -> None:
+    """A node nobody asks keeps gRPC out of the plugin's memory; the first client still gets its answer,
+    relayed, and later clients reach gRPC itself."""
+    script = f"""
+import sys
+from podlevel.report.podresources import PodResourcesServer
+from support.builders import new_engine
+from podlevel.agent.placement import Placement
+from podlevel.agent.snapshot import NodeSnapshot
+engine = new_engine()
+snapshot = NodeSnapshot(engine, Placement(engine).view())
+server = PodResourcesServer(__import__("pathlib").Path({str(tmp_path / "pr.sock")!r}), lambda: snapshot)
+server.start()
+print("grpc" in sys.modules, flush=True)
+sys.stdin.readline()
+server.stop()
+"""
+    path = tmp_path / "pr.sock"
+    with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).parents[2]) as served:
+        assert served.stdout is not None and served.stdin is not None
+        assert served.stdout.readline() == "False\n"
+        for _ in range(2):
+            with grpc.insecure_channel(f"unix:{path}") as channel:
+                client = pb_grpc.PodResourcesListerStub(channel)
+                assert cpus(client.GetAllocatableResources(pb.AllocatableResourcesRequest(), timeout=5)
+                            .cpu_ids) == "1-7,9-15"
+        served.stdin.write("\n")
+        served.stdin.flush()
+        assert served.wait(timeout=10) == 0
+    assert not path.exists()
