@@ -56,6 +56,7 @@ class Sandbox:
     name: str
     namespace: str
     annotations: Mapping[str, str]
+    """The annotations the plugin reads (the pod-shape annotation, when the sandbox carries it)."""
     resources: RuntimeResources = field(default_factory=RuntimeResources)
     """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
     cgroup_parent: str = ""

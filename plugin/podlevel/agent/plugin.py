@@ -71,6 +71,7 @@ from podlevel.nri import (
     field_size,
     updates_within,
 )
+from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
@@ -89,8 +90,11 @@ def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
 
 
 def sandbox_of(pod: api.PodSandbox) -> Sandbox:
+    """What the plugin keeps of a sandbox: of its annotations only the shape (pods often carry kilobytes of
+    others, `last-applied-configuration` among them, and the plugin keeps every sandbox it was shown)."""
+    shape = pod.annotations.get(SHAPE_ANNOTATION)
     return Sandbox(
-        pod.id, pod.uid, pod.name, pod.namespace, dict(pod.annotations),
+        pod.id, pod.uid, pod.name, pod.namespace, {} if shape is None else {SHAPE_ANNOTATION: shape},
         runtime_resources(pod.linux.pod_resources), pod.linux.cgroup_parent,
     )
 

@@ -10,7 +10,7 @@ import pytest
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.placement import Placement, Settings
-from podlevel.agent.plugin import PodLevelPlugin, updates_of
+from podlevel.agent.plugin import PodLevelPlugin, sandbox_of, updates_of
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
@@ -497,3 +497,13 @@ def test_events_that_change_nothing_publish_no_snapshot(plugin: PodLevelPlugin) 
     plugin.remove_container(fast, app)
     plugin.remove_pod_sandbox(fast)
     assert plugin.snapshot is released
+
+
+def test_a_sandbox_keeps_only_the_shape_of_its_annotations() -> None:
+    shaped = sandbox(fast_path())
+    shaped.annotations["kubectl.kubernetes.io/last-applied-configuration"] = "{" + "x" * 4096 + "}"
+    kept = sandbox_of(shaped)
+    assert dict(kept.annotations) == {SHAPE_ANNOTATION: shaped.annotations[SHAPE_ANNOTATION]}
+    plain = sandbox(None)
+    plain.annotations["team"] = "a"
+    assert dict(sandbox_of(plain).annotations) == {}
