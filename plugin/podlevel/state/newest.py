@@ -187,10 +187,24 @@ def _escaped_member(key: str, escaped_members: str) -> str:
     return f"{_escaped(f',{key}{{')}{escaped_members}}}" if escaped_members else ""
 
 
-def _file(legacy_json: str, shown: str, data: str, escaped_data: str) -> bytes:
-    """The legacy fields, their checksum, and `data` (and escaped) with its checksum."""
+Joined = tuple[str, str, str]
+"""What `_Fragments.of` gives: JSON members, the same escaped, spew map entries."""
+
+
+def _file(
+    head: str, shown_head: str, entries_field: tuple[str, str], entries: Joined, pods_key: str, pods: Joined
+) -> bytes:
+    """The file: the legacy fields (`head`, then the container entries) and their checksum, then `data` (the
+    same with the pod entries) and its checksum. `shown_head` renders the legacy struct up to its entries."""
+    legacy = head + _member(entries_field[0], entries[0])
+    shown = f"{shown_head}{entries_field[1]}map[{entries[2]}] {_LEGACY_CHECKSUM[1]}0}}"
+    data = f"{{{legacy}{_member(pods_key, pods[0])}}}"
+    escaped_data = (
+        f"{_escaped('{' + head)}{_escaped_member(entries_field[0], entries[1])}"
+        f"{_escaped_member(pods_key, pods[1])}}}"
+    )
     return (
-        f'{{{legacy_json},{_LEGACY_CHECKSUM[0]}{rendered_checksum(shown)},'
+        f'{{{legacy},{_LEGACY_CHECKSUM[0]}{rendered_checksum(shown)},'
         f'{_DATA_KEY}"{escaped_data}",{_DATA_CHECKSUM_KEY}{data_checksum(data)}}}'
     ).encode()
 
@@ -215,20 +229,13 @@ class NewestEncoder:
         pod_entries: Mapping[str, CPUSet],
     ) -> bytes:
         default_text = str(default)
-        head = f"{_POLICY[0]}{encode_string(policy)},{_DEFAULT[0]}{encode_string(default_text)}"
-        entries_json, entries_escaped, entries_shown = self._cpu.of(entries)
-        pods_json, pods_escaped, _ = self._cpu_pods.of(pod_entries)
-        legacy = head + _member(_CPU_ENTRIES[0], entries_json)
-        shown = (
-            f"(*state.{self._cpu_type}){{{_POLICY[1]}{policy} {_DEFAULT[1]}{default_text} "
-            f"{_CPU_ENTRIES[1]}map[{entries_shown}] {_LEGACY_CHECKSUM[1]}0}}"
-        )
         return _file(
-            legacy,
-            shown,
-            f"{{{legacy}{_member(_CPU_POD_ENTRIES_KEY, pods_json)}}}",
-            f"{_escaped('{' + head)}{_escaped_member(_CPU_ENTRIES[0], entries_escaped)}"
-            f"{_escaped_member(_CPU_POD_ENTRIES_KEY, pods_escaped)}}}",
+            f"{_POLICY[0]}{encode_string(policy)},{_DEFAULT[0]}{encode_string(default_text)}",
+            f"(*state.{self._cpu_type}){{{_POLICY[1]}{policy} {_DEFAULT[1]}{default_text} ",
+            _CPU_ENTRIES,
+            self._cpu.of(entries),
+            _CPU_POD_ENTRIES_KEY,
+            self._cpu_pods.of(pod_entries),
         )
 
     def memory(
@@ -239,18 +246,11 @@ class NewestEncoder:
         pod_entries: Mapping[str, tuple[MemoryBlock, ...]],
     ) -> bytes:
         machine_json, machine_shown = _machine(machine)
-        head = f"{_POLICY[0]}{encode_string(policy)},{_MACHINE[0]}{machine_json}"
-        entries_json, entries_escaped, entries_shown = self._memory.of(entries)
-        pods_json, pods_escaped, _ = self._memory_pods.of(pod_entries)
-        legacy = head + _member(_MEMORY_ENTRIES[0], entries_json)
-        shown = (
-            f"(*state.{self._memory_type}){{{_POLICY[1]}{policy} {_MACHINE[1]}{machine_shown} "
-            f"{_MEMORY_ENTRIES[1]}map[{entries_shown}] {_LEGACY_CHECKSUM[1]}0}}"
-        )
         return _file(
-            legacy,
-            shown,
-            f"{{{legacy}{_member(_MEMORY_POD_ENTRIES_KEY, pods_json)}}}",
-            f"{_escaped('{' + head)}{_escaped_member(_MEMORY_ENTRIES[0], entries_escaped)}"
-            f"{_escaped_member(_MEMORY_POD_ENTRIES_KEY, pods_escaped)}}}",
+            f"{_POLICY[0]}{encode_string(policy)},{_MACHINE[0]}{machine_json}",
+            f"(*state.{self._memory_type}){{{_POLICY[1]}{policy} {_MACHINE[1]}{machine_shown} ",
+            _MEMORY_ENTRIES,
+            self._memory.of(entries),
+            _MEMORY_POD_ENTRIES_KEY,
+            self._memory_pods.of(pod_entries),
         )
