@@ -32,8 +32,8 @@ alternating by block. nri-podlevel runs as `nri-podlevel run` does by default wh
   runs, which round trips do not show for work done between events.
 - `synchronize_2000_ms`: Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable
   pods) into a freshly launched plugin, every container already where it belongs (a restart); the median
-  of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every container updated:
-  `nri_synchronize_unpinned_*`).
+  (nearest rank) of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every
+  container updated: `nri_synchronize_unpinned_*`).
 - `rss_mb_steady`: VmRSS after the churn; `startup_to_registered_ms`: from launch to the end of the
   handshake (RegisterPlugin, Configure, an empty Synchronize), when the runtime counts the plugin registered.
 The older `nri_create_*` keys are nri-podlevel's churn round trips and its handler's own time,
@@ -58,15 +58,12 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import cProfile
 import dataclasses
 import gc
 import json
 import os
-import pstats
 import resource
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -214,6 +211,10 @@ def engine_numbers(cycles: int, profile: bool, spec: str) -> dict[str, object]:
     admissions: list[int] = []
     admissions_cpu: list[int] = []
     releases: list[int] = []
+    # Imported here: the plugin processes run this file too, and should hold what `run` holds.
+    import cProfile
+    import pstats
+
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
@@ -295,6 +296,8 @@ def plugin_process(state_dir: str, spec: str) -> int:
     server.start()
     podresources.start()
     profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
+    if profile_dir:
+        import cProfile
     profiler = cProfile.Profile() if profile_dir else None
     gc.freeze()  # as `run` does once started
     with profiler or contextlib.nullcontext():
@@ -697,7 +700,7 @@ def comparison(trips: Sequence[Trip]) -> dict[str, object]:
             f"{label}_container_roundtrip", [t.ours_ns for t in creates if t.label == label],
             [t.go_ns for t in creates if t.label == label]).items()},
         **compared("moving_others_roundtrip", [t.ours_ns for t in moving], [t.go_ns for t in moving]),
-        "moving_others_updates_mean": round(statistics.mean(t.updates for t in moving), 1) if moving else 0,
+        "moving_others_updates_mean": round(sum(t.updates for t in moving) / len(moving), 1) if moving else 0,
         **compared("pod_lifecycle", ours_life, go_life),
         **compared("run_pod_sandbox_roundtrip", [t.ours_ns for t in sandboxes], [t.go_ns for t in sandboxes]),
     }
@@ -842,7 +845,7 @@ def _synchronized(command: Sequence[str], sandboxes: Sequence[api.PodSandbox],
 def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str, object]:
     """Synchronize of SYNC_CONTAINERS containers into freshly launched plugins, `repeats` times each, the
     order alternating: nri-podlevel with every container already where it belongs (a restart) and with no
-    cpuset set anywhere, and the Go plugin with the first listing; medians."""
+    cpuset set anywhere, and the Go plugin with the first listing; medians (nearest rank)."""
     sandboxes, containers, placed = sync_node(spec)
     in_place = []
     for container in containers:
@@ -865,7 +868,7 @@ def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str
             elapsed[label].append(ns)
             if label != "go_noop":
                 handler_ns[label] += json.loads(out)["synchronize_ns"]
-    ms = {label: statistics.median(values) / 1e6 for label, values in elapsed.items()}
+    ms = {label: percentile(values, 0.5) / 1000 for label, values in elapsed.items()}
     numbers: dict[str, object] = {
         "nri_synchronize_2000_ms": round(ms["in_place"], 2),
         "go_noop_synchronize_2000_ms": round(ms["go_noop"], 2),
@@ -878,7 +881,7 @@ def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str
     for label, listed in (("in_place", in_place), ("unpinned", containers)):
         numbers.update({
             f"nri_synchronize_{label}_ms": round(ms[label], 2),
-            f"nri_synchronize_{label}_handler_ms": round(statistics.median(handler_ns[label]) / 1e6, 2),
+            f"nri_synchronize_{label}_handler_ms": round(percentile(handler_ns[label], 0.5) / 1000, 2),
             f"nri_synchronize_{label}_updates": updates[label],
             f"nri_synchronize_{label}_request_kib": round(
                 api.SynchronizeRequest(pods=sandboxes, containers=listed).ByteSize() / 1024
