@@ -26,7 +26,8 @@ or a release, never a container of an admitted pod) hands the whole state to the
 (CreateContainer, UpdateContainer, StopContainer, Synchronize) waits until what was handed over is written,
 so a plugin killed at any moment restarts from a state at least as new as what the runtime enforces. The
 notifications (RunPodSandbox, StopPodSandbox, RemovePodSandbox) do not wait: the admission's write runs while
-the kubelet pulls the pod's images. A failed write is logged and retried at the next event; the container is
+the kubelet pulls the pod's images, and a release is written with the next decision or within
+`RELEASE_WRITTEN_WITHIN_S`. A failed write is logged and retried at the next event; the container is
 placed all the same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is
 full turns a degraded node into a broken one). Pod cgroups follow the state (`agent.pod_cgroups`).
 
@@ -44,7 +45,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.logs import logger
@@ -78,6 +79,14 @@ from podlevel.state.store import StateDir
 from podlevel.state.writer import CheckpointWriter
 
 log = logger("podlevel.agent")
+
+ADMISSION_WRITTEN_WITHIN_S: Final = 0.002
+"""An admission at RunPodSandbox is checkpointed by then at the latest (the pod's first CreateContainer, which
+waits for it, comes later: the kubelet pulls images in between), not while its own answer is on its way:
+the write would take the interpreter from the answer."""
+RELEASE_WRITTEN_WITHIN_S: Final = 0.1
+"""A release is checkpointed by then at the latest, or with the next decision: a pod that goes is often
+replaced at once, and one write of both serves them."""
 
 
 def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
@@ -259,13 +268,14 @@ class PodLevelPlugin(Handler):
             )
             return self._snapshot
 
-    def _commit(self, *, force: bool = False) -> None:
-        """Hand the allocations to the checkpoint writer if they changed, then bring the pod cgroups in
-        line. Answers that apply a decision call `_durable` before they leave."""
+    def _commit(self, *, force: bool = False, within: float = 0.0) -> None:
+        """Hand the allocations to the checkpoint writer if they changed (to be written at once, or within
+        `within` seconds), then bring the pod cgroups in line. Answers that apply a decision call
+        `_durable` before they leave."""
         current = self.placement.state
         if self._writer is not None and (force or current is not self._saved):
             self._saved = current
-            self._writer.submit(*checkpoints_of(self.placement.engine, current))
+            self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
         if self.pod_cgroups is not None:
             changed = self.placement.take_pod_cgroup_changes()
             if changed or self.pod_cgroups.failed:
@@ -366,7 +376,7 @@ class PodLevelPlugin(Handler):
         decision = self.placement.admitted_now
         if decision is not None:
             self.observer.admitted(self.placement.state, decision)
-        self._commit()
+        self._commit(within=ADMISSION_WRITTEN_WITHIN_S)
         if decision is not None and log.isEnabledFor(logging.INFO):
             bubble = "none" if decision.bubble_cpus is None else str(decision.bubble_cpus)
             log.info("admitted %s: bubble %s", _key(pod), bubble, pod=_key(pod), bubble=bubble)
@@ -482,14 +492,14 @@ class PodLevelPlugin(Handler):
     @_exclusive
     def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
         released = self._forget(pod.id)
-        self._commit()
+        self._commit(within=RELEASE_WRITTEN_WITHIN_S)
         if released:
             log.info("released %s", _key(pod), pod=_key(pod))
 
     @_exclusive
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self._forget(pod.id)
-        self._commit()
+        self._commit(within=RELEASE_WRITTEN_WITHIN_S)
 
     def _forget(self, sandbox_id: str) -> bool:
         """Forget a sandbox and its containers; whether it held an admitted pod."""

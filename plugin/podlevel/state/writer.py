@@ -53,6 +53,8 @@ class CheckpointWriter:
         self._on_success = on_success
         self._changed = threading.Condition()
         self._pending: Contents | None = None
+        self._due = 0.0
+        """When the pending contents are to be written at the latest (monotonic seconds)."""
         self._submitted = 0
         self._attempted = 0
         self._unsynced = 0
@@ -66,11 +68,17 @@ class CheckpointWriter:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> None:
-        """Write these contents soon, replacing any submitted before that are not written yet."""
+    def submit(
+        self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, within: float = 0.0
+    ) -> None:
+        """Write these contents, replacing any submitted before that are not written yet: at once, or, with
+        `within` seconds, by then at the latest (a newer submission or a `wait` writes them sooner). A
+        release is written so: the admission that usually follows it writes both in one go."""
         with self._changed:
             if self._closed:
                 raise RuntimeError("checkpoint writer closed")
+            due = time.monotonic() + within
+            self._due = due if self._pending is None else min(self._due, due)
             self._pending = (cpu, memory)
             self._submitted += 1
             self._changed.notify_all()
@@ -79,6 +87,10 @@ class CheckpointWriter:
         """Return once everything submitted so far was written, or its write failed."""
         with self._changed:
             wanted = self._submitted
+            if self._attempted >= wanted:
+                return  # the common answer: nothing to wait for, and no thread to wake
+            self._due = 0.0
+            self._changed.notify_all()
             self._changed.wait_for(lambda: self._attempted >= wanted)
 
     def close(self) -> None:
@@ -96,7 +108,8 @@ class CheckpointWriter:
     def _write_loop(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._pending is not None or self._closed)
+                while not self._closed and (self._pending is None or self._due > time.monotonic()):
+                    self._changed.wait(None if self._pending is None else self._due - time.monotonic())
                 if self._pending is None:
                     self._attempted = self._submitted
                     self._changed.notify_all()  # the sync loop ends once nothing is left to write

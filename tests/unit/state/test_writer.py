@@ -97,3 +97,21 @@ def test_close_syncs_without_waiting_for_a_pause(tmp_path: Path) -> None:
     assert synced == []  # the hour-long pause has not passed
     writer.close()
     assert synced == [True]
+
+
+def test_a_submission_with_time_to_spare_waits_for_the_next_one_or_an_answer(tmp_path: Path) -> None:
+    written: list[bytes] = []
+
+    def counted(fd: int, data: bytes) -> None:
+        written.append(data)
+        os.write(fd, data)
+
+    writer = CheckpointWriter(StateDir(tmp_path, writer=counted), on_failure=lambda err: None)
+    writer.submit(_cpu("1"), None, within=3600)
+    assert not (tmp_path / CPU_STATE_FILE).exists()  # an hour to spare: nothing forces it yet
+    writer.submit(_cpu("2"), None, within=3600)
+    writer.wait()  # an answer that applies it: written now, once, the newest
+    assert _on_disk(tmp_path) == _cpu("2") and len(written) == 1
+    writer.submit(_cpu("3"), None, within=3600)
+    writer.close()
+    assert _on_disk(tmp_path) == _cpu("3")
