@@ -109,6 +109,17 @@ class SharedMap(Mapping[K, V]):
     def __repr__(self) -> str:
         return f"SharedMap({dict(self._items())!r})"
 
+    def differing_keys(self, other: Mapping[K, V]) -> frozenset[K] | None:
+        """The keys whose presence or value may differ between this map and `other`, when `other` is a
+        SharedMap on the same base: every other key maps to the same value object in both. None when the
+        maps share no base, and only comparing them whole tells (a reader that derives something from each
+        entry, such as a checkpoint encoder, redoes only these keys)."""
+        if not isinstance(other, SharedMap) or other._base is not self._base:
+            return None
+        return frozenset(
+            chain(self._changed, self._gone, self._added, other._changed, other._gone, other._added)
+        )
+
     # -- updated copies --------------------------------------------------------------------------------
 
     def set(self, key: K, value: V) -> SharedMap[K, V]:

@@ -15,11 +15,13 @@ the empty map the kubelet's constructor allocates, which renders as `map[]`.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.memory_policy import MemoryBlock, MemoryTable, NUMANodeState
+from podlevel.engine.shared_map import SharedMap
 from podlevel.state.checksum import data_checksum, rendered_checksum
 from podlevel.state.gotypes import (
     BLOCK,
@@ -42,6 +44,7 @@ from podlevel.state.gotypes import (
 )
 
 V = TypeVar("V")
+_ABSENT: Final[Any] = object()
 
 def _key(field: Field) -> str:
     return f"{encode_string(field.json)}:"
@@ -77,30 +80,78 @@ def _escaped(text: str) -> str:
 
 class _Fragments(Generic[V]):
     """Per pod UID: the value its fragments were made from, and the fragments (JSON, that JSON escaped as
-    a string, rendering)."""
+    a string, rendering), also kept as lists in key order. The tables come from the engine's states, which
+    share their storage (`SharedMap`): between two consecutive states only the keys they say may differ are
+    looked at, so a write does not walk every pod."""
 
     def __init__(self, make: Callable[[str, V], tuple[str, str]]) -> None:
         self._make = make
         self._made: dict[str, tuple[V, str, str, str]] = {}
+        self._source: Mapping[str, V] = {}
+        self._order: list[str] = []
+        self._lists: tuple[list[str], list[str], list[str]] = ([], [], [])
 
     def of(self, entries: Mapping[str, V]) -> tuple[str, str, str]:
         """The JSON members (plain and escaped) and the spew map entries of `entries`, in key order; pods
         gone are forgotten."""
-        made = self._made
+        keys = entries.differing_keys(self._source) if isinstance(entries, SharedMap) else None
+        if keys is None:
+            self._rebuild(entries)
+        else:
+            for uid in keys:
+                self._update(uid, entries)
+        self._source = entries
+        json_parts, escaped_parts, shown_parts = self._lists
+        return ",".join(json_parts), ",".join(escaped_parts), " ".join(shown_parts)
+
+    def _made_for(self, uid: str, value: V) -> tuple[V, str, str, str] | None:
+        """The fragments of `uid` for `value`, made anew unless kept; None when kept as they are."""
+        kept = self._made.get(uid)
+        if kept is not None and (kept[0] is value or kept[0] == value):
+            return None
+        json_text, shown_text = self._make(uid, value)
+        made = (value, json_text, _escaped(json_text), shown_text)
+        self._made[uid] = made
+        return made
+
+    def _rebuild(self, entries: Mapping[str, V]) -> None:
         for uid, value in entries.items():
-            kept = made.get(uid)
-            if kept is None or (kept[0] is not value and kept[0] != value):
-                json_text, shown_text = self._make(uid, value)
-                made[uid] = (value, json_text, _escaped(json_text), shown_text)
+            self._made_for(uid, value)
+        made = self._made
         if len(made) > len(entries):
             for uid in [uid for uid in made if uid not in entries]:
                 del made[uid]
-        kept_in_order = [made[uid] for uid in sorted(entries)]
-        return (
-            ",".join([kept[1] for kept in kept_in_order]),
-            ",".join([kept[2] for kept in kept_in_order]),
-            " ".join([kept[3] for kept in kept_in_order]),
+        self._order = sorted(entries)
+        kept_in_order = [made[uid] for uid in self._order]
+        self._lists = (
+            [kept[1] for kept in kept_in_order],
+            [kept[2] for kept in kept_in_order],
+            [kept[3] for kept in kept_in_order],
         )
+
+    def _update(self, uid: str, entries: Mapping[str, V]) -> None:
+        """Bring one key's fragments and place in line with `entries`."""
+        order = self._order
+        at = bisect_left(order, uid)
+        placed = at < len(order) and order[at] == uid
+        value = entries.get(uid, _ABSENT)
+        if value is _ABSENT:
+            if placed:
+                del order[at]
+                for parts in self._lists:
+                    del parts[at]
+                del self._made[uid]
+            return
+        made = self._made_for(uid, value)
+        if made is None:
+            return
+        if not placed:
+            order.insert(at, uid)
+        for parts, text in zip(self._lists, made[1:], strict=True):
+            if placed:
+                parts[at] = text
+            else:
+                parts.insert(at, text)
 
 
 def _container_map(uid: str, containers: Mapping[str, str], shown: Mapping[str, str]) -> tuple[str, str]:

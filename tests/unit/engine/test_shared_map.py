@@ -67,3 +67,30 @@ def test_other_mappings_are_copied_once_and_left_alone() -> None:
 def test_a_key_removed_and_set_again_goes_last_and_a_changed_value_keeps_its_place() -> None:
     shared = SharedMap({"a": 1, "b": 2, "c": 3}).delete("a").set("a", 4).set("b", 5)
     assert list(shared.items()) == [("b", 5), ("c", 3), ("a", 4)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.integers(0, 40), st.integers(), max_size=30), OPS)
+def test_keys_outside_the_differing_ones_hold_the_same_value(start: dict[int, int], ops: list[Op]) -> None:
+    maps = [SharedMap(start)]
+    for op, key, value in ops:
+        current = maps[-1]
+        if op == "set":
+            maps.append(current.set(key, value))
+        elif key in current:
+            maps.append(current.delete(key))
+    for later_at, later in enumerate(maps):
+        for earlier in (maps[0], maps[max(0, later_at - 1)], maps[max(0, later_at - 5)]):
+            differing = later.differing_keys(earlier)
+            if differing is None:
+                continue
+            for key in set(earlier) | set(later):
+                if key not in differing:
+                    assert key in earlier and key in later and later[key] is earlier[key]
+
+
+def test_maps_on_different_bases_say_nothing_of_their_keys() -> None:
+    assert SharedMap({1: 2}).differing_keys(SharedMap({1: 2})) is None
+    assert SharedMap({1: 2}).differing_keys({1: 2}) is None
+    shared = SharedMap({1: 2})
+    assert shared.set(3, 4).differing_keys(shared) == frozenset({3})

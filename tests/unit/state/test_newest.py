@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.memory_policy import MemoryBlock, MemoryTable, NUMANodeState
+from podlevel.engine.shared_map import SharedMap
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode, encode, newest_encoder
 
 _names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=4)
@@ -69,3 +70,28 @@ def test_a_pod_whose_entries_change_is_encoded_anew() -> None:
     assert data == encode(after)
     assert decode(data).content == after
 
+
+
+_steps = st.lists(
+    st.tuples(_uids, st.one_of(st.none(), st.dictionaries(_names, _cpus, max_size=2))), max_size=40
+)
+
+
+@given(_steps)
+def test_states_that_share_storage_write_what_a_fresh_encoder_writes(
+    steps: list[tuple[str, dict[str, CPUSet] | None]],
+) -> None:
+    """Consecutive engine states (SharedMaps on one base, folded now and then): only the keys they may
+    differ in are encoded again, and the bytes are the same."""
+    kept = newest_encoder()
+    entries: SharedMap[str, dict[str, CPUSet]] = SharedMap()
+    pods: SharedMap[str, CPUSet] = SharedMap()
+    for uid, containers in steps:
+        if containers is None:
+            entries = entries.delete(uid) if uid in entries else entries
+            pods = pods.delete(uid) if uid in pods else pods
+        else:
+            entries = entries.set(uid, containers)
+            pods = pods.set(uid, CPUSet.union_of(containers.values()))
+        content = CPUCheckpoint("static", CPUSet.parse("0-3"), entries, pods)
+        assert encode(content, newest=kept) == encode(content)
