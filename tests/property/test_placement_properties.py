@@ -3,22 +3,29 @@
 A restart is a new Placement that learns the node only from what the runtime shows (each container's
 cpuset, memory nodes and quota, listed in a random order) — the plugin has no checkpoint — and must end
 with the same allocations the live one had.
+
+When the node shared pool moves, the updates Placement hands out from its groups of pool-following
+containers must be exactly those that recomputing every container and comparing it with `applied` gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings
+from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, _Undo, kubelet_quota
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.errors import AdmissionError
+from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
-from support.builders import MI, app, guaranteed, new_engine, pod, sidecar
+from support.builders import MI, app, burstable, guaranteed, new_engine, pod, sidecar
+from support.fuzzing import fuzz_settings
 
 EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
 
@@ -129,3 +136,184 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
             for cid in gone:
                 live.remove_container(cid)
         check(live)
+
+
+# -- handing out updates when the node shared pool moves -------------------------------------------------
+
+
+class EveryContainer(Placement):
+    """Placement handing updates out by recomputing every container's settings whenever the pool moved and
+    comparing them with `applied`, from the tables alone (no groups): what the groups must agree with."""
+
+    def _hand_out(self, undo: _Undo | None, fresh: str | None = None) -> dict[str, Settings]:
+        shared = self._node_shared()
+        unsent = self._unsent
+        if shared.cpus == self._flushed_pool:
+            if not unsent:
+                return {}
+            candidates: Iterable[str] = unsent
+        else:
+            candidates = self._containers
+        changed: dict[str, Settings] = {}
+        for container_id in candidates:
+            settings = brute_force(self, container_id, shared)
+            if container_id in unsent or self.applied.get(container_id) != settings:
+                changed[container_id] = settings
+                if undo is not None:
+                    undo.keep(self.applied, container_id)
+                self.applied[container_id] = settings
+        self._unsent = set()
+        self._flushed_pool = shared.cpus
+        if changed:
+            self.generation += 1
+        return changed
+
+
+def brute_force(placement: Placement, container_id: str, shared: Settings) -> Settings:
+    """A tracked container's settings from its sandbox's pod, decision or refusal, the pool being `shared`."""
+    tracked = placement._containers[container_id]
+    uid = placement._sandbox_pods.get(tracked.sandbox_id)
+    own = placement._pods[uid].get(tracked.name) if uid in placement._pods else None
+    if isinstance(own, Settings):
+        return own
+    if own is not None:
+        return Settings(shared.cpus, own.mems, own.cpu_quota_us, own.cpu_period_us, Assignment.NODE_SHARED)
+    refused = placement._refused.get(tracked.sandbox_id)
+    if refused is None:
+        return shared
+    return replace(shared, cpu_quota_us=kubelet_quota(refused, tracked.name, shared.cpu_period_us))
+
+
+def check_groups(placement: Placement) -> None:
+    """The groups hold exactly the containers whose settings differ on two pools, each under what it keeps;
+    with the pool flushed, `applied` is right for all but the unsent and regrouped ones."""
+    shared = placement._node_shared()
+    one, other = replace(shared, cpus=CPUSet.parse("1")), replace(shared, cpus=CPUSet.parse("2"))
+    following: dict[object, set[str]] = {}
+    for container_id in placement._containers:
+        moved = brute_force(placement, container_id, one)
+        if moved != brute_force(placement, container_id, other):
+            kept = (moved.mems, moved.cpu_quota_us, moved.cpu_period_us)
+            following.setdefault(kept, set()).add(container_id)
+    assert {tuple(kept): set(ids) for kept, ids in placement._following.items()} == following
+    assert placement._follows == {cid: kept for kept, ids in placement._following.items() for cid in ids}
+    assert placement._regrouped <= placement._containers.keys()
+    if shared.cpus == placement._flushed_pool:
+        for container_id in placement._containers.keys() - placement._unsent - placement._regrouped:
+            assert placement.applied[container_id] == brute_force(placement, container_id, shared)
+
+
+@st.composite
+def any_pods(draw: st.DrawFn, index: int) -> Pod | None:
+    """`pods`, or a managed pod outside any bubble without CPUs of its own (it follows the pool)."""
+    if draw(st.booleans()):
+        return draw(pods(index))
+    return pod(f"p{index}", app("app", burstable(draw(st.integers(100, 900)))), uid=f"uid-{index}")
+
+
+Event = Callable[[Placement], object]
+
+
+def events(data: st.DataObject, step: int, live: Placement, boxes: dict[str, tuple[Sandbox, Pod | None]],
+           handed: Mapping[str, Settings]) -> list[Event]:
+    """One runtime event (two for a restart, a create and its rollback), drawn from what `live` tracks;
+    `boxes` are the sandboxes the runtime runs, kept up to date; `handed` the updates last handed out."""
+    kinds = ["run", "create", "create", "restart", "stop", "defer", "pending", "sync"]
+    action = data.draw(st.sampled_from(kinds))
+    tracked = live.container_ids()
+    if action == "run" and boxes and data.draw(st.booleans()):
+        box, _ = boxes[data.draw(st.sampled_from(sorted(boxes)))]
+        return [lambda p: p.run_sandbox(box)]  # the runtime starts it again
+    if action == "run" or (action == "create" and (not boxes or data.draw(st.booleans()))):
+        shape = data.draw(any_pods(step))
+        box = sandbox(step, shape)
+        boxes[box.id] = (box, shape)
+        if action == "run":
+            return [lambda p: p.run_sandbox(box)]
+    if action == "create":
+        # Often in a pod a Synchronize refused: admitted now, its running containers change group.
+        refused = sorted(live._refused.keys() & boxes.keys())
+        box, shape = boxes[data.draw(st.sampled_from(refused or sorted(boxes)))]
+        names = [c.name for c in shape.all_containers] if shape else ["app"]
+        name = data.draw(st.sampled_from([*names, "debug"]))  # a debug container is in no shape
+        again = [cid for cid in live.containers_of(box.id) if cid.split("/")[1] == name]
+        fresh = not again or data.draw(st.booleans())
+        cid = f"{box.name}/{name}/{step}" if fresh else data.draw(st.sampled_from(again))
+        created: list[Event] = [lambda p: p.create(box, cid, name)]
+        return [*created, lambda p: p.rollback_create()] if data.draw(st.booleans()) else created
+    if action == "restart" and tracked:
+        cid = data.draw(st.sampled_from(tracked))
+        removed: list[Event] = [lambda p: p.remove_container(cid)]
+        sandbox_id, name = live._containers[cid]
+        if sandbox_id not in boxes or data.draw(st.booleans()):
+            return removed
+        box = boxes[sandbox_id][0]
+        return [*removed, lambda p: p.create(box, f"{box.name}/{name}/{step}", name)]
+    if action == "stop" and boxes:
+        admitted = sorted(boxes.keys() - live._refused.keys())  # room for the refused ones
+        sandbox_id = data.draw(st.sampled_from(admitted or sorted(boxes)))
+        del boxes[sandbox_id]
+        return [lambda p: p.remove_sandbox(sandbox_id)]
+    if action == "defer" and handed:
+        deferred = data.draw(st.sets(st.sampled_from(sorted(handed))))
+        return [lambda p: p.defer(deferred)]
+    if action == "sync":
+        # The runtime lists what it runs, and pods the plugin never saw (started while it was down): those
+        # that no longer fit are refused and left in the node shared pool.
+        rows = [Observed(cid, *live._containers[cid], *_held(s)) for cid, s in live.applied.items()
+                if live._containers[cid].sandbox_id in boxes]
+        for n in range(data.draw(st.integers(0, 4))):
+            index = 100 + step * 10 + n
+            shape = data.draw(pods(index))
+            boxes[f"sb-{index}"] = (sandbox(index, shape), shape)
+            rows.append(Observed(f"p{index}/app/{step}", f"sb-{index}", "app"))
+        listed = [box for box, _ in boxes.values()]
+        return [lambda p: p.synchronize(listed, rows)]
+    return [lambda p: p.pending_updates()]
+
+
+def outcome(event: Event, placement: Placement) -> object:
+    try:
+        return event(placement)
+    except (AdmissionError, InputError) as err:
+        return type(err)
+
+
+def handed_out(result: object) -> dict[str, Settings] | None:
+    """The updates an event's result hands out (`create`, `pending_updates` and `synchronize` do)."""
+    if isinstance(result, dict):
+        return result
+    if isinstance(result, tuple) and isinstance(result[1], dict):
+        return result[1]
+    if isinstance(result, tuple) and isinstance(result[0], dict):
+        return result[0]
+    return None
+
+
+@fuzz_settings(300)
+@given(st.data())
+def test_groups_hand_out_what_comparing_every_container_does(data: st.DataObject) -> None:
+    """Random runtime events through a Placement and one that compares every container: the same answers,
+    the same `applied`, after each event; the groups agree with a brute-force recomputation."""
+    scope = data.draw(st.sampled_from(list(Scope)))
+    reserved = data.draw(st.sampled_from(["0,8", "0-2,8-10"]))  # a crowded node refuses more pods
+    live = Placement(new_engine(reserved, scope=scope))
+    reference = EveryContainer(new_engine(reserved, scope=scope))
+    boxes: dict[str, tuple[Sandbox, Pod | None]] = {}
+    handed: dict[str, Settings] = {}
+    for step in range(data.draw(st.integers(1, 24))):
+        for event_ in events(data, step, live, boxes, handed):
+            if live._regrouped:
+                event("regrouped containers wait for a pool move")
+            if live._refused:
+                event("a pod a Synchronize refused runs")
+            result = outcome(event_, live)
+            assert result == outcome(event_, reference)
+            handed = handed_out(result) or handed
+            if len(handed_out(result) or ()) > 1:
+                event("an event moves several containers")
+            assert live.applied == reference.applied
+            assert live._unsent == reference._unsent
+            assert live.state == reference.state
+            assert live.generation == reference.generation
+            check_groups(live)

@@ -30,8 +30,9 @@ No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its ans
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from podlevel.agent.decisions import DecisionLog
@@ -140,6 +141,14 @@ class _Tracked(NamedTuple):
     name: str
 
 
+class _Follows(NamedTuple):
+    """What a container whose CPUs follow the node shared pool keeps of its own: everything else."""
+
+    mems: tuple[int, ...]
+    cpu_quota_us: int | None
+    cpu_period_us: int
+
+
 def pod_shape(sandbox: Sandbox) -> Pod | None:
     """The engine pod a sandbox's shape annotation describes, or None when it has none.
 
@@ -215,14 +224,23 @@ def verify_shape(claimed: RuntimeResources, actual: RuntimeResources, what: str,
 class Placement:
     """Runtime containers ⇄ engine decisions, plus what was last applied to each container.
 
-    Invariants: `applied` holds the desired settings of every tracked container not in `_unsent` whenever
-    the node shared pool equals `_flushed_pool`, so an event that leaves the pool alone finds no updates
-    without looking at every container. That holds because a pod's own decision is fixed from admission to
-    release (the engine changes it only through `remove_container`, which placement never calls: restarts
-    keep allocations), and other pods come and go only through the node shared pool, the one thing a
-    decision shares with the rest of the node. `_pods` caches each admitted pod's decision accordingly.
-    `_unsent` holds the containers whose updates were handed out but did not fit an answer (`defer`): they
-    are handed out again until an answer carries them.
+    Invariants: `applied` holds the desired settings of every tracked container not in `_unsent` or
+    `_regrouped` whenever the node shared pool equals `_flushed_pool`, so an event that leaves the pool alone
+    finds no updates without looking at every container. That holds because a pod's own decision is fixed
+    from admission to release (the engine changes it only through `remove_container`, which placement never
+    calls: restarts keep allocations), and other pods come and go only through the node shared pool, the one
+    thing a decision shares with the rest of the node. `_pods` caches each admitted pod's decision
+    accordingly. `_unsent` holds the containers whose updates were handed out but did not fit an answer
+    (`defer`): they are handed out again until an answer carries them.
+
+    `_following` files every tracked container whose settings the pool moves (plain node-shared ones,
+    managed ones outside any bubble, those of pods a Synchronize could not admit again), grouped by what
+    each keeps of its own; the others hold settings the pool never changes. So when the pool moves, each
+    group's new settings are made once and handed out to all its containers, which all differ from
+    `applied` (their CPUs were the old pool), and no other container is looked at. Compared with `applied`
+    one by one instead: the unsent, the container `create` just placed (on the new pool already), and
+    `_regrouped`, the containers whose group changed after their `applied` was set (their pod was admitted
+    or attached after they were tracked, as a pod a Synchronize could not admit is once there is room).
     """
 
     def __init__(self, engine: Engine, recorded: CPUState | None = None) -> None:
@@ -236,7 +254,8 @@ class Placement:
         """sandbox id -> ids of its tracked containers (an ordered set), kept with `_containers`."""
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
-        self._pods: dict[str, dict[str, Settings]] = {}
+        self._pods: dict[str, dict[str, Settings | _Follows]] = {}
+        """pod uid -> container name -> its decided settings, or what it keeps when it follows the pool."""
         self._checked: dict[str, set[str]] = {}
         """sandbox id -> names of its containers whose claim was checked against the runtime at their first
         creation (a restart is not checked again: an in-place resize must not make it fail)."""
@@ -244,6 +263,14 @@ class Placement:
         """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
         the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
+        self._plain = _Follows(engine.topology.numa_node_ids, None, engine.config.cpu_period_us)
+        """What a container in the node shared pool keeps: the node's own settings (`_node_shared`)."""
+        self._following: dict[_Follows, dict[str, None]] = {}
+        """What they keep -> ids of the tracked containers that follow the pool (ordered sets)."""
+        self._follows: dict[str, _Follows] = {}
+        """container id -> its group in `_following`; kept with `_containers`."""
+        self._regrouped: set[str] = set()
+        """Replaced, never changed in place: an `_Undo` holds the set it found."""
         self.sandboxes: dict[str, Sandbox] = {}
         """Every pod sandbox the runtime has shown, managed or not, by id."""
         self.pod_cgroups: dict[str, PodCgroupSettings] = {}
@@ -310,13 +337,10 @@ class Placement:
             self._place_first(sandbox, name, resources, undo)
         undo.keep(self.applied, container_id)
         undo.track(self._containers.get(container_id), container_id)
-        tracked = _Tracked(sandbox.id, name)
-        self._track(container_id, tracked)
-        shared = self._node_shared()
-        settings = self.applied[container_id] = self._settings(tracked, shared)
+        settings = self.applied[container_id] = self._track(container_id, _Tracked(sandbox.id, name))
         if container_id in self._unsent:
             self._unsent = self._unsent - {container_id}
-        return settings, self._hand_out(undo)
+        return settings, self._hand_out(undo, container_id)
 
     def _place_first(
         self, sandbox: Sandbox, name: str, resources: RuntimeResources | None, undo: _Undo
@@ -385,10 +409,13 @@ class Placement:
             self.state, decision = self.engine.admit(self.state, pod, within=within)
         self._pods[pod.uid] = {
             d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
+            if d.assignment is not Assignment.NODE_SHARED
+            else _Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
             for d in decision.containers
         }
         self._sandbox_pods[sandbox.id] = pod.uid
         self._refused.pop(sandbox.id, None)
+        self._regroup(sandbox.id)
         self.admitted_now = decision
         exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
         self.pod_cgroups[sandbox.id] = PodCgroupSettings(
@@ -402,6 +429,7 @@ class Placement:
         """A sandbox of a pod admitted through another sandbox (the kubelet recreated it): it shares the pod's
         allocations, and its pod cgroup (named by the pod's uid) is wanted as the other sandbox's."""
         self._sandbox_pods[sandbox.id] = uid
+        self._regroup(sandbox.id)
         if sandbox.id in self.pod_cgroups:
             return
         known = next((s for s in self.pod_cgroups.values() if s.pod_uid == uid), None)
@@ -461,6 +489,8 @@ class Placement:
         self.sandboxes = dict(by_id)
         self._containers.clear()
         self._by_sandbox.clear()
+        self._following.clear()
+        self._follows.clear()
         observed: dict[str, Observed] = {}
         by_sandbox: dict[str, list[Observed]] = {}
         for row in containers:
@@ -473,8 +503,6 @@ class Placement:
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         shapes = self._shapes
         for sandbox_id, rows in by_sandbox.items():
-            for seen in rows:
-                self._track(seen.container_id, _Tracked(sandbox_id, seen.name))
             self._checked[sandbox_id] = {seen.name for seen in rows}
             try:
                 pod = shapes.of(by_id[sandbox_id])
@@ -510,11 +538,15 @@ class Placement:
             refused[sandbox.id] = errors[sandbox.id]
             self._refused[sandbox.id] = pod
         self.resync = resync.report()
-        # Settings are computed once, after every pod is back: per container they would cost quadratic time.
-        shared = self._node_shared()
-        self.applied = {cid: self._settings(tracked, shared) for cid, tracked in self._containers.items()}
-        self._flushed_pool = shared.cpus
+        # Containers are tracked, and their settings computed, once every pod is back: per pod they would
+        # cost quadratic time.
+        self.applied = {
+            seen.container_id: self._track(seen.container_id, _Tracked(sandbox_id, seen.name))
+            for sandbox_id, rows in by_sandbox.items() for seen in rows
+        }
+        self._flushed_pool = self._node_shared().cpus
         self._unsent = set()
+        self._regrouped = set()
         updates = {cid: s for cid, s in self.applied.items() if _differs(observed[cid], s)}
         return updates, list(refused.items())
 
@@ -531,54 +563,65 @@ class Placement:
         marks them applied. Never the container `create` just placed: it is applied already."""
         return self._hand_out(None)
 
-    def _hand_out(self, undo: _Undo | None) -> dict[str, Settings]:
-        """`pending_updates`, keeping in `undo` what each marked container held before."""
+    def _hand_out(self, undo: _Undo | None, fresh: str | None = None) -> dict[str, Settings]:
+        """`pending_updates`, keeping in `undo` what each marked container held before; `fresh` is the
+        container `create` just placed (applied already, on the pool as it is now)."""
         shared = self._node_shared()
         unsent = self._unsent
         if shared.cpus == self._flushed_pool:
             if not unsent:
                 return {}
-            candidates: Iterable[str] = unsent
+            changed = {cid: self._settings(self._containers[cid], shared) for cid in unsent}
         else:
-            candidates = self._containers
-        changed: dict[str, Settings] = {}
-        following: dict[Settings, Settings] = {}
-        for container_id in candidates:
-            settings = self._settings(self._containers[container_id], shared, following)
-            if container_id in unsent or self.applied.get(container_id) != settings:
-                changed[container_id] = settings
-                if undo is not None:
-                    undo.keep(self.applied, container_id)
-                self.applied[container_id] = settings
+            changed = {}
+            for kept, ids in self._following.items():
+                changed.update(dict.fromkeys(ids, self._at(kept, shared)))
+            # The containers the groups cannot vouch for, compared one by one.
+            loose = self._regrouped | unsent
+            if fresh is not None:
+                loose.add(fresh)
+            for container_id in loose:
+                settings = self._settings(self._containers[container_id], shared)
+                if container_id in unsent or self.applied.get(container_id) != settings:
+                    changed[container_id] = settings
+                else:
+                    changed.pop(container_id, None)
+            if self._regrouped:
+                self._regrouped = set()
+        if changed:
+            if undo is not None:
+                undo.keep_all(self.applied, changed)
+            self.applied.update(changed)
+            self.generation += 1
         self._unsent = set()
         self._flushed_pool = shared.cpus
-        if changed:
-            self.generation += 1
         return changed
 
-    def _settings(
-        self, tracked: _Tracked, shared: Settings, following: dict[Settings, Settings] | None = None
-    ) -> Settings:
-        """What a tracked container should hold now; `following` keeps, across the calls of one pass over
-        the containers, the settings each managed container outside any bubble moved to (hundreds of equal
-        ones when the pool moves)."""
+    def _settings(self, tracked: _Tracked, shared: Settings) -> Settings:
+        """What a tracked container should hold now, the node shared pool being `shared`."""
+        own = self._own(tracked)
+        return own if isinstance(own, Settings) else self._at(own, shared)
+
+    def _own(self, tracked: _Tracked) -> Settings | _Follows:
+        """A tracked container's settings when the node shared pool cannot move them, else what it keeps of
+        its own while its CPUs follow the pool: a managed container outside any bubble its memory nodes and
+        quota, one of a pod a Synchronize could not admit again the kubelet's quota."""
         uid = self._sandbox_pods.get(tracked.sandbox_id)
         pod = self._pods.get(uid) if uid is not None else None
-        settings = pod.get(tracked.name) if pod is not None else None
-        if settings is None:
-            refused = self._refused.get(tracked.sandbox_id)
-            if refused is None:
-                return shared
-            return replace(shared, cpu_quota_us=kubelet_quota(refused, tracked.name, shared.cpu_period_us))
-        if settings.assignment is Assignment.NODE_SHARED and settings.cpus != shared.cpus:
-            # A managed container outside any bubble follows the pool; its memory nodes stay its own.
-            if following is None:
-                return replace(settings, cpus=shared.cpus)
-            moved = following.get(settings)
-            if moved is None:
-                moved = following[settings] = replace(settings, cpus=shared.cpus)
-            return moved
-        return settings
+        own = pod.get(tracked.name) if pod is not None else None
+        if own is not None:
+            return own
+        refused = self._refused.get(tracked.sandbox_id)
+        if refused is None:
+            return self._plain
+        period = self._plain.cpu_period_us
+        return self._plain._replace(cpu_quota_us=kubelet_quota(refused, tracked.name, period))
+
+    def _at(self, kept: _Follows, shared: Settings) -> Settings:
+        """The settings of a container that keeps `kept` and follows the node shared pool `shared`."""
+        if kept == self._plain:
+            return shared
+        return Settings(shared.cpus, kept.mems, kept.cpu_quota_us, kept.cpu_period_us, Assignment.NODE_SHARED)
 
     def _node_shared(self) -> Settings:
         """The settings of a container in the node shared pool; made once per node state."""
@@ -593,9 +636,11 @@ class Placement:
             self._shared_of = self.state
         return self._shared
 
-    def _track(self, container_id: str, tracked: _Tracked) -> None:
+    def _track(self, container_id: str, tracked: _Tracked) -> Settings:
+        """Track a container (again) and file it under its group; returns what it should hold now."""
         self._containers[container_id] = tracked
         self._by_sandbox.setdefault(tracked.sandbox_id, {})[container_id] = None
+        return self._group(container_id, tracked)
 
     def _untrack(self, container_id: str) -> _Tracked | None:
         tracked = self._containers.pop(container_id, None)
@@ -604,7 +649,38 @@ class Placement:
             del siblings[container_id]
             if not siblings:
                 del self._by_sandbox[tracked.sandbox_id]
+            self._ungroup(container_id)
+            if container_id in self._regrouped:
+                self._regrouped = self._regrouped - {container_id}
         return tracked
+
+    def _group(self, container_id: str, tracked: _Tracked) -> Settings:
+        """File a tracked container in `_following` when the pool moves it; returns its settings now."""
+        own = self._own(tracked)
+        kept = None if isinstance(own, Settings) else own
+        if self._follows.get(container_id) != kept:
+            self._ungroup(container_id)
+            if kept is not None:
+                self._following.setdefault(kept, {})[container_id] = None
+                self._follows[container_id] = kept
+        return own if isinstance(own, Settings) else self._at(own, self._node_shared())
+
+    def _ungroup(self, container_id: str) -> None:
+        kept = self._follows.pop(container_id, None)
+        if kept is not None:
+            peers = self._following[kept]
+            del peers[container_id]
+            if not peers:
+                del self._following[kept]
+
+    def _regroup(self, sandbox_id: str) -> None:
+        """The sandbox's pod was admitted, attached or put back: its tracked containers change group, and
+        what they should hold changed without the pool moving (`_regrouped`)."""
+        ids = self._by_sandbox.get(sandbox_id)
+        if ids:
+            for container_id in ids:
+                self._group(container_id, self._containers[container_id])
+            self._regrouped = self._regrouped | ids.keys()
 
     def container_ids(self) -> list[str]:
         return list(self._containers)
@@ -658,13 +734,15 @@ class _Undo:
     """What one `Placement.create` changed, to put back when its answer cannot be sent.
 
     Built on every create, so it copies nothing up front: it holds the node state, the pending-update
-    bookkeeping (`_unsent` is replaced, never changed in place) and the count of admitted pods as they were,
-    and `create` records each table entry just before changing it (the sandbox's entries when it admits,
-    `applied` of each container it hands an update out for). A create in an admitted pod records two.
+    bookkeeping (`_unsent` and `_regrouped` are replaced, never changed in place) and the count of admitted
+    pods as they were, and `create` records table entries just before changing them (the sandbox's entries
+    when it admits, in one record the `applied` entries of the containers it hands updates out for). A
+    create in an admitted pod records two.
     """
 
     __slots__ = (
-        "_container", "_entries", "_flushed_pool", "_pods", "_sandbox_id", "_state", "_unsent", "checked",
+        "_container", "_entries", "_flushed_pool", "_pods", "_regrouped", "_sandbox_id", "_state", "_unsent",
+        "checked",
     )
 
     def __init__(self, placement: Placement, sandbox_id: str) -> None:
@@ -673,14 +751,19 @@ class _Undo:
         self._pods = len(placement._pods)
         self._flushed_pool = placement._flushed_pool
         self._unsent = placement._unsent
-        self._entries: list[tuple[dict[str, Any], str, object]] = []
+        self._regrouped = placement._regrouped
+        self._entries: list[tuple[dict[str, Any], dict[str, object]]] = []
         self._container: tuple[str, _Tracked | None] | None = None
         self.checked: str | None = None
         """The container name `create` checked for the first time in the sandbox."""
 
     def keep(self, table: dict[str, Any], key: str) -> None:
         """Remember `table[key]` as it is now (or its absence)."""
-        self._entries.append((table, key, table.get(key, _ABSENT)))
+        self._entries.append((table, {key: table.get(key, _ABSENT)}))
+
+    def keep_all(self, table: dict[str, Any], keys: Collection[str]) -> None:
+        """`keep` each key, in one record made in C (hundreds of keys when the node shared pool moves)."""
+        self._entries.append((table, dict(zip(keys, map(table.get, keys, repeat(_ABSENT)), strict=True))))
 
     def track(self, before: _Tracked | None, container_id: str) -> None:
         """Remember what `container_id` was tracked as before `create` tracked it."""
@@ -688,16 +771,12 @@ class _Undo:
 
     def run(self, placement: Placement) -> None:
         placement.state = self._state
-        if self._container is not None:
-            container_id, before = self._container
-            placement._untrack(container_id)
-            if before is not None:
-                placement._track(container_id, before)
-        for table, key, value in reversed(self._entries):
-            if value is _ABSENT:
-                table.pop(key, None)
-            else:
-                table[key] = value
+        for table, before in reversed(self._entries):
+            for key, value in before.items():
+                if value is _ABSENT:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
         if self.checked is not None:
             checked = placement._checked[self._sandbox_id]
             checked.discard(self.checked)
@@ -705,8 +784,16 @@ class _Undo:
                 del placement._checked[self._sandbox_id]
         while len(placement._pods) > self._pods:  # an admission adds its pod last
             placement._pods.popitem()
+        # Groups follow the tables just put back.
+        if self._container is not None:
+            container_id, before_tracked = self._container
+            placement._untrack(container_id)
+            if before_tracked is not None:
+                placement._track(container_id, before_tracked)
+        placement._regroup(self._sandbox_id)
         placement._flushed_pool = self._flushed_pool
         placement._unsent = self._unsent
+        placement._regrouped = self._regrouped
         placement.pod_cgroups_changed.add(self._sandbox_id)
         placement.admitted_now = None
 
