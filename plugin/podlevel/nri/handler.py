@@ -97,16 +97,15 @@ class _Group:
             head = tag + _varint(body) + b"\x0a" + _varint(length)
             joined = (self.shared + head).decode("latin-1").join(self.ids)
             return head + joined.encode("latin-1") + self.shared
-        entries = []
-        for cid in self.ids:
-            entry = _id_field(cid.encode()) + self.shared
-            entries.append(tag + _varint(len(entry)) + entry)
-        return b"".join(entries)
-
-
-def _id_field(container_id: bytes) -> bytes:
-    """ContainerUpdate.container_id (field 1) as protobuf writes it: absent when empty."""
-    return b"\x0a" + _varint(len(container_id)) + container_id if container_id else b""
+        # Otherwise each entry is the head for its id's length (protobuf leaves an empty id out), the id, the
+        # shared part.
+        shared = self.shared
+        ids = [cid.encode() for cid in self.ids]
+        heads = {}
+        for length in set(map(len, ids)):
+            id_head = b"\x0a" + _varint(length) if length else b""
+            heads[length] = tag + _varint(len(id_head) + length + len(shared)) + id_head
+        return b"".join([heads[len(cid)] + cid + shared for cid in ids])
 
 
 class UpdateBatch(Sequence[api.ContainerUpdate]):
