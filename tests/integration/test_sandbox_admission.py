@@ -143,7 +143,6 @@ def test_the_pod_is_admitted_at_its_sandbox_and_its_first_container_moves_the_ot
     sandbox_id = run_sandbox(cri, fast_path)
 
     plugin.wait_for_line("admitted default/fast-path: bubble 1", LOG_TIMEOUT_S, after=marker)
-    assert checkpointed_bubbles(plugin.state_dir) == {fast_path.uid: ASSIGNABLE}
     pod_cgroup = cgroupfs.read_cgroup(containerd.pod_cgroup_parent(fast_path.uid, "guaranteed"))
     assert pod_cgroup.effective_cpus == ASSIGNABLE
     # A notification's answer carries no updates: web still runs on both CPUs until the next answer.
@@ -153,6 +152,8 @@ def test_the_pod_is_admitted_at_its_sandbox_and_its_first_container_moves_the_ot
 
     created = start_container(cri, sandbox_id, fast_path, main_app)
 
+    # The admission is in the checkpoint by the first answer that applies it.
+    assert checkpointed_bubbles(plugin.state_dir) == {fast_path.uid: ASSIGNABLE}
     assert applied(cri, created) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
     assert wait_applied(cri, server, RESERVED).allowed == RESERVED
     placed = plugin.wait_for_line("container main-app: pod_exclusive cpus=1", LOG_TIMEOUT_S, after=marker)
