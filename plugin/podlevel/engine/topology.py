@@ -54,6 +54,7 @@ class Topology:
     def __init__(self, cpus: Iterable[CPUInfo], numa_nodes: Iterable[NUMANode]) -> None:
         self.cpus: tuple[CPUInfo, ...] = tuple(sorted(cpus, key=lambda c: c.cpu))
         self.numa_nodes: tuple[NUMANode, ...] = tuple(sorted(numa_nodes, key=lambda n: n.id))
+        self.numa_node_ids: tuple[int, ...] = tuple(n.id for n in self.numa_nodes)
         if not self.cpus:
             raise InputError("topology", "the machine has no CPUs")
         node_ids = {n.id for n in self.numa_nodes}
@@ -116,10 +117,6 @@ class Topology:
     @property
     def num_numa_nodes(self) -> int:
         return len(self.numa_nodes)
-
-    @property
-    def numa_node_ids(self) -> tuple[int, ...]:
-        return tuple(n.id for n in self.numa_nodes)
 
     def core_siblings(self, cpus: CPUSet) -> CPUSet:
         """`cpus` plus every SMT sibling of each of them."""
