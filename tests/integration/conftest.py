@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from support.demo_node import ALL
 from testbed.containerd import FLAVOURS, Containerd
 from testbed.cri import CRI
 from testbed.plugin_process import PluginProcess
@@ -79,6 +80,14 @@ def cri(containerd: Containerd) -> Iterator[CRI]:
             yield client
         finally:
             client.remove_all()
+
+
+@pytest.fixture(scope="module")
+def demo_node_cpus() -> None:
+    """The tests that place pods on the 2-CPU demo node (`support.demo_node`) need exactly its CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cpus != [0, 1]:
+        raise RuntimeError(f"these tests are sized for a host with CPUs {ALL}, this process may use {cpus}")
 
 
 @pytest.fixture

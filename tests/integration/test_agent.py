@@ -14,7 +14,6 @@ only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each 
 from __future__ import annotations
 
 import http.client
-import os
 from pathlib import Path
 from typing import Final
 
@@ -43,16 +42,10 @@ from testbed.kubelet import LONG_RUNNING, start_annotated_pod, start_pod
 from testbed.plugin_process import REGISTERED, PluginProcess
 from testbed.wait import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_node_cpus")]
 
 LOG_TIMEOUT_S: Final = 15.0
 
-
-@pytest.fixture(scope="module", autouse=True)
-def two_cpus() -> None:
-    cpus = sorted(os.sched_getaffinity(0))
-    if cpus != [0, 1]:
-        raise RuntimeError(f"these tests are sized for a host with CPUs 0-1, this process may use {cpus}")
 
 
 def test_exclusive_slice_quota_off_and_node_shared_pool_moved(cri: CRI, plugin: PluginProcess) -> None:

@@ -41,6 +41,8 @@ from testbed.kubelet import StartedPod, start_pod
 from testbed.plugin_process import PluginProcess
 from testbed.wait import wait_until
 
+pytestmark = pytest.mark.usefixtures("demo_node_cpus")
+
 CLIENT: Final = Path(__file__).with_name("podresources_client.py")
 RESERVED_MEMORY: Final = 100 * 2**20
 """The plugin's default --reserved-memory on node 0."""
@@ -61,12 +63,6 @@ spec:
     resources: {requests: {cpu: 100m, memory: 32Mi}}
 """
 """A 1-CPU bubble whose containers both run in the pod shared pool (neither has limits of its own)."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def two_cpus() -> None:
-    if sorted(os.sched_getaffinity(0)) != [0, 1]:
-        raise RuntimeError("these tests are sized for a host with CPUs 0-1")
 
 
 @pytest.fixture(scope="module")
