@@ -1,9 +1,11 @@
 """The state directory: `cpu_manager_state` and `memory_manager_state`, written atomically, loaded safely.
 
 Writing is all-or-nothing per file: the new bytes go to a temporary file in the same directory, which is
-fsynced, renamed over the old file, and the directory fsynced, so a crash leaves either the old or the new
-file, never a torn one, and a failed write leaves the old file as it was. Both files of one decision are
-written by one `write` call: temporary files first, renames last.
+renamed over the old file, so a process killed at any moment leaves either the old or the new file, never a
+torn one, and a failed write leaves the old file as it was. Both files of one decision are written by one
+`StateDir.write` call: temporary files first, renames last. Making them survive a power loss (file data
+fsynced, then the directory) is `StateDir.sync`, which the checkpoint writer runs off the event path;
+`atomic_write`, for one-off rewrites, does both at once.
 
 Loading never raises for a bad file: a corrupt one (empty, truncated, not JSON, a bad checksum, an unknown
 future layout, a directory or other non-file in its place) is moved aside as `<name>.corrupt-<UTC time>`
@@ -167,16 +169,14 @@ class StateDir:
     def memory_file(self) -> Path:
         return self.path / MEMORY_STATE_FILE
 
-    def write(
-        self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, durable: bool = True
-    ) -> None:
+    def write(self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None) -> bool:
         """Write the given checkpoints in the newest layouts, both in one step (a policy that is off
-        passes None); a file whose bytes this directory last wrote are the same is left alone. Raises
-        OSError when a write fails; the files on disk are then the old ones.
+        passes None); a file whose bytes this directory last wrote are the same is left alone. Whether any
+        file was replaced. Raises OSError when a write fails; the files on disk are then the old ones.
 
-        Not `durable`: the files are replaced without waiting for the disk (`sync` does that later). A
-        process killed afterwards still finds them (they are in the page cache); only a power loss before
-        `sync` can leave the old, an empty or a torn file, which loading moves aside."""
+        The files are replaced without waiting for the disk (`sync` does that): a process killed afterwards
+        still finds them (they are in the page cache); only a power loss before `sync` can leave the old,
+        an empty or a torn file, which loading moves aside."""
         encoded = {
             path: encode(content, newest=self._newest)
             for path, content in ((self.cpu_file, cpu), (self.memory_file, memory))
@@ -184,18 +184,19 @@ class StateDir:
         }
         changed = {path: data for path, data in encoded.items() if self._written.get(path) != data}
         if not changed:
-            return
+            return False
         staged: list[tuple[Path, Path]] = []
         try:
             for path, data in changed.items():
-                staged.append(_stage(path, data, self._writer, durable=durable))
+                staged.append(_stage(path, data, self._writer, durable=False))
         except BaseException:
             for temporary, _ in staged:
                 temporary.unlink(missing_ok=True)
             raise
         self._written = {}  # unknown until the renames are done
-        _commit(staged, self.path, durable=durable)
+        _commit(staged, self.path, durable=False)
         self._written = encoded
+        return True
 
     def sync(self) -> None:
         """Make the last `write` durable: both files' data, then the directory that names them."""

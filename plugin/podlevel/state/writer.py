@@ -14,13 +14,15 @@ first Synchronize, a torn one moved aside).
 
 Every submission is the whole node state, so only the newest one waiting needs writing: a write that falls
 behind skips the states already replaced, and leaves the sync to the newest write. A failed write or sync
-(an OSError, or any other error, which must not stop the thread `wait` depends on) is reported to
-`on_failure` from this thread, and the next submission tries again; `wait` returns either way (a plugin that
-fails containers because its disk is full turns a degraded node into a broken one).
+(an OSError, or any other error, which must not stop the threads `wait` depends on) is reported to
+`on_failure` from the thread that met it, and the next submission tries again; `wait` returns either way (a
+plugin that fails containers because its disk is full turns a degraded node into a broken one). Success is
+reported after a sync, unless the newest write failed.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +30,8 @@ from typing import Final
 
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
 from podlevel.state.store import StateDir
+
+log = logging.getLogger(__name__)
 
 Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
 SYNC_AFTER_QUIET_SECONDS: Final = 0.5
@@ -60,6 +64,8 @@ class CheckpointWriter:
         self._unsynced = 0
         """Writes that succeeded since the last sync began."""
         self._last_write = 0.0
+        self._failed = False
+        """The last write failed."""
         self._closed = False
         self._threads = [
             threading.Thread(target=self._write_loop, name="checkpoint-writer", daemon=True),
@@ -117,15 +123,16 @@ class CheckpointWriter:
                 contents, self._pending = self._pending, None
                 generation = self._submitted
             try:
-                self.state.write(*contents, durable=False)
+                replaced = self.state.write(*contents)
             except Exception as err:
-                self._on_failure(err)
-                written = False
+                _report(self._on_failure, err)
+                replaced, failed = False, True
             else:
-                written = True
+                failed = False
             with self._changed:
                 self._attempted = generation
-                self._unsynced += written
+                self._unsynced += replaced
+                self._failed = failed
                 self._last_write = time.monotonic()
                 self._changed.notify_all()
 
@@ -147,6 +154,15 @@ class CheckpointWriter:
             try:
                 self.state.sync()
             except Exception as err:
-                self._on_failure(err)
+                _report(self._on_failure, err)
             else:
-                self._on_success()
+                if not self._failed:  # a sync of older files says nothing of a newer write that failed
+                    _report(self._on_success)
+
+
+def _report(callback: Callable[..., None], *args: Exception) -> None:
+    """Call an outcome callback; an error in it is logged, never allowed to stop a thread `wait` needs."""
+    try:
+        callback(*args)
+    except Exception:
+        log.exception("checkpoint writer: reporting the outcome of a write failed")

@@ -210,6 +210,7 @@ def test_an_unchanged_file_is_not_written_again(tmp_path: Path) -> None:
     assert (tmp_path / MEMORY_STATE_FILE).stat().st_ino == inodes[MEMORY_STATE_FILE]
     assert (tmp_path / CPU_STATE_FILE).stat().st_ino != inodes[CPU_STATE_FILE]
     assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == moved
+    assert state.write(moved, MEMORY) is False  # nothing replaced: nothing for the disk sync either
 
 
 def test_after_a_failed_write_both_files_are_written_again(tmp_path: Path) -> None:

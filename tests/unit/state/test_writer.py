@@ -115,3 +115,53 @@ def test_a_submission_with_time_to_spare_waits_for_the_next_one_or_an_answer(tmp
     writer.submit(_cpu("3"), None, within=3600)
     writer.close()
     assert _on_disk(tmp_path) == _cpu("3")
+
+
+def test_a_sync_after_a_failed_write_reports_no_success(tmp_path: Path) -> None:
+    outcomes: list[str] = []
+    calls: list[int] = []
+
+    def second_fails(fd: int, data: bytes) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        os.write(fd, data)
+
+    writer = CheckpointWriter(
+        StateDir(tmp_path, writer=second_fails),
+        on_failure=lambda err: outcomes.append(f"failed: {err.strerror}"),  # type: ignore[attr-defined]
+        on_success=lambda: outcomes.append("synced"),
+        quiet=3600,
+    )
+    writer.submit(_cpu("0"), None)
+    writer.wait()
+    writer.submit(_cpu("1"), None)
+    writer.wait()
+    writer.close()  # syncs the first file; the newest decision is still not on disk
+    assert outcomes == ["failed: Input/output error"]
+
+
+def test_a_failing_outcome_callback_stops_no_thread(tmp_path: Path) -> None:
+    def broken(err: Exception) -> None:
+        raise RuntimeError("the metrics are gone")
+
+    attempts: list[int] = []
+
+    def fails_once(fd: int, data: bytes) -> None:
+        attempts.append(fd)
+        if len(attempts) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.write(fd, data)
+
+    writer = CheckpointWriter(StateDir(tmp_path, writer=fails_once), on_failure=broken)
+    writer.submit(_cpu("0"), None)
+    writer.submit(_cpu("2"), None)
+    # A writer thread stopped by the callback would never answer: the waiting thread must not hold the test.
+    answered = threading.Thread(target=writer.wait, daemon=True)
+    answered.start()
+    answered.join(timeout=30)
+    assert not answered.is_alive()
+    writer.submit(_cpu("2"), None)
+    writer.wait()
+    assert _on_disk(tmp_path) == _cpu("2")
+    writer.close()
