@@ -126,8 +126,8 @@ def test_kubelet_fixtures_verify(fixture: str) -> None:
 
 @pytest.mark.parametrize("fixture", ["cpu-v4-kubelet-1.37.json", "memory-v3-kubelet-1.37.json"])
 def test_the_newest_layouts_are_written_as_the_kubelet_wrote_them(fixture: str) -> None:
-    """The writer of the newest layouts against the kubelet-shaped fixtures (written by the model in `gotypes`
-    and `checksum` before it had a writer of its own), byte for byte."""
+    """The writer of the newest layouts against the kubelet-shaped 1.37 fixtures, which predate it, byte for
+    byte."""
     data = (FIXTURES / fixture).read_bytes().rstrip(b"\n")
     assert encode(decode(data).content) == data
 
