@@ -40,11 +40,11 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, shown
+from podlevel.engine.limits import shown
 from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import CPU, MEMORY, Pod
 from podlevel.engine.topology_manager import Scope
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, from_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
 
 
@@ -822,24 +822,15 @@ class _Shapes:
         """`pod_shape(sandbox)`, the same pod or the same InputError."""
         text = sandbox.annotations.get(SHAPE_ANNOTATION)
         read = self._read.get(text) if text is not None else None
-        if read is None or not sandbox.uid or not _valid_identity(sandbox):
+        if read is None or not sandbox.uid:
             pod = pod_shape(sandbox)  # the first of its text, or the error that names the pod
             if pod is not None and text is not None:
                 if len(self._read) >= self.LIMIT:
                     del self._read[next(iter(self._read))]
                 self._read[text] = pod
             return pod
+        check_annotated_identity(sandbox.name, sandbox.namespace)  # as `from_annotation` checks it first
         return replace(read, uid=sandbox.uid, name=sandbox.name, namespace=sandbox.namespace)
-
-
-def _valid_identity(sandbox: Sandbox) -> bool:
-    """Whether `from_annotation` takes the sandbox's name and namespace (it refuses the others first)."""
-    try:
-        check_dns1123_label(sandbox.namespace, "namespace")
-        check_dns1123_subdomain(sandbox.name, "name")
-    except InputError:
-        return False
-    return True
 
 
 class _ResyncCount:

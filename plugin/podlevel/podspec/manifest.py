@@ -88,14 +88,19 @@ def to_annotation(pod: Pod) -> str:
     return json.dumps(shape, separators=(",", ":"), sort_keys=True)
 
 
+def check_annotated_identity(name: str, namespace: str) -> None:
+    """The identity a shape annotation is read under, held to the API server's name rules (InputError)."""
+    check_dns1123_label(namespace, f"annotation {SHAPE_ANNOTATION}: the pod's namespace")
+    check_dns1123_subdomain(name, f"annotation {SHAPE_ANNOTATION}: the pod's name")
+
+
 def from_annotation(text: str, *, name: str, namespace: str = "default", uid: str | None = None) -> Pod:
     """Read a `to_annotation` value back; identity comes from the caller (the sandbox the pod runs in).
 
     The pod's identity is held to the API server's name rules and the value to its annotation size limit
     before anything is decoded, so a message about the pod can always be formatted and stays short.
     """
-    check_dns1123_label(namespace, f"annotation {SHAPE_ANNOTATION}: the pod's namespace")
-    check_dns1123_subdomain(name, f"annotation {SHAPE_ANNOTATION}: the pod's name")
+    check_annotated_identity(name, namespace)
     where = f"annotation {SHAPE_ANNOTATION} of {namespace}/{name}"
     size = len(text.encode(errors="surrogatepass"))
     if size > MAX_ANNOTATIONS_BYTES:
