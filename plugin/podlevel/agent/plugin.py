@@ -435,14 +435,15 @@ class PodLevelPlugin(Handler):
         next answers and dropped from `changed`, which then holds what the answer carries."""
         updates = updates_of(changed)
         fitting = updates_within(updates, room)
-        if fitting < len(updates):
-            deferred = updates.container_ids[fitting:]
-            for container_id in deferred:
-                del changed[container_id]
-            self.placement.defer(deferred)
-            log.warning("answer carries %d of %d container updates (runtime message limit); %d wait for the "
-                        "next answers", fitting, len(updates), len(deferred), carried=fitting,
-                        deferred=len(deferred))
+        if fitting == len(updates):
+            return updates
+        deferred = updates.container_ids[fitting:]
+        for container_id in deferred:
+            del changed[container_id]
+        self.placement.defer(deferred)
+        log.warning("answer carries %d of %d container updates (runtime message limit); %d wait for the "
+                    "next answers", fitting, len(updates), len(deferred), carried=fitting,
+                    deferred=len(deferred))
         return updates[:fitting]
 
     def _pod_level(self, sandbox: Sandbox) -> bool:

@@ -231,11 +231,13 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             stub.run()
     finally:
-        handler.close()
-        if podresources is not None:
-            podresources.stop()
-        if server is not None:
-            server.stop()
+        try:
+            if podresources is not None:
+                podresources.stop()
+            if server is not None:
+                server.stop()
+        finally:
+            handler.close()
     return 0
 
 

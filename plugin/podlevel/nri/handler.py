@@ -57,10 +57,14 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _field_size(length: int) -> int:
+    """Bytes a length-delimited field of `length` bytes takes (field numbers below 16): tag, length, body."""
+    return 1 + _varint_size(length) + length
+
+
 def field_size(message: Message) -> int:
-    """Bytes `message` takes as a field of a reply (field numbers below 16): tag, length, body."""
-    size = message.ByteSize()
-    return 1 + _varint_size(size) + size
+    """Bytes `message` takes as a field of a reply (field numbers below 16)."""
+    return _field_size(message.ByteSize())
 
 
 class _Group:
@@ -84,8 +88,8 @@ class _Group:
             encoded = itertools.groupby(len(cid.encode()) for cid in self.ids)
             runs = [(length, sum(1 for _ in run)) for length, run in encoded]
         for length, count in runs:
-            body = (1 + _varint_size(length) + length if length else 0) + len(self.shared)
-            yield count, 1 + _varint_size(body) + body
+            body = (_field_size(length) if length else 0) + len(self.shared)
+            yield count, _field_size(body)
 
     def encoded(self, tag: bytes) -> bytes:
         """The group's updates as entries of the repeated field whose tag is `tag`, in order."""
@@ -93,7 +97,7 @@ class _Group:
             # Every entry is the same head, the id, the shared part: one join. Latin-1 maps each byte to the
             # character of the same number and back, so the ASCII ids stand for their own UTF-8 bytes.
             length = self.uniform
-            body = 1 + _varint_size(length) + length + len(self.shared)
+            body = _field_size(length) + len(self.shared)
             head = tag + _varint(body) + b"\x0a" + _varint(length)
             joined = (self.shared + head).decode("latin-1").join(self.ids)
             return head + joined.encode("latin-1") + self.shared
@@ -199,8 +203,8 @@ class UpdateBatch(Sequence[api.ContainerUpdate]):
         return fitting
 
     def encoded(self, field_number: int) -> bytes:
-        """Every update as an entry of the repeated field `field_number` (below 16) of a reply."""
-        tag = bytes([field_number << 3 | 2])
+        """Every update as an entry of the repeated field `field_number` of a reply."""
+        tag = _varint(field_number << 3 | 2)
         return b"".join(group.encoded(tag) for group in self._groups)
 
 

@@ -259,7 +259,8 @@ class Session:
         if request.more:
             return api.SynchronizeResponse(more=True).SerializeToString()
         if self._sync_bytes >= TRIM_AFTER_SYNC_BYTES:
-            # Once this answer is written: the request's messages are garbage by then.
+            # After the handler (a callback the loop runs once this step ends: for a plain handler, once the
+            # answer is written): the request's messages are garbage by then either way.
             asyncio.get_running_loop().call_soon(release_free_heap)
         self._sync_pods, self._sync_containers, self._sync_bytes = [], [], 0
         updates = await self._invoke("synchronize", lambda: self.handler.synchronize(pods, containers))

@@ -195,7 +195,7 @@ class PodResourcesServer:
                 return
             try:
                 self._start_grpc()
-            except (InputError, OSError) as err:
+            except Exception as err:  # whatever stops gRPC, the waiting clients get their socket closed
                 log.error("cannot serve PodResources v1 on unix:%s: %s", self.path, err)
                 first.close()
                 self._listener.close()

@@ -57,7 +57,7 @@ class RecordBuffer(Generic[H]):
     def feed(self, data: bytes | memoryview) -> list[tuple[H, bytes]]:
         """Append `data` (read only during the call); remove and return every record now whole."""
         # With nothing buffered (the usual case: a read holds whole records), records are cut straight from
-        # `data` and only a partial record at its end is kept: each payload is copied once.
+        # `data` and only a partial record at its end is kept: this layer copies each payload once.
         buffered = bool(self._data)
         if buffered:
             self._data += data

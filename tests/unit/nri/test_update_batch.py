@@ -75,7 +75,7 @@ def test_a_batch_reads_sizes_and_encodes_as_its_messages(
         assert batch[index] == plain[index]
 
 
-def test_many_containers_moving_together_cost_one_encoding_each() -> None:
+def test_400_containers_moving_together_are_sized_exactly_and_each_carried() -> None:
     shared = api.ContainerUpdate(ignore_failure=True)
     shared.linux.resources.cpu.cpus = "0-63,128-191"
     ids = [f"{n:064x}" for n in range(400)]
