@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo demo-numa test lint unit integration vm proto bench clean
+.PHONY: setup demo demo-numa test lint unit integration vm proto bench image clean
 
 setup: .venv/.installed
 
@@ -37,6 +37,10 @@ vm: setup
 	hack/vm-run --numa-nodes 4 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 
 test: lint unit integration vm
+
+# The agent's and the webhook's image as an OCI archive (hack/image; its path is the last line printed).
+image: setup
+	hack/image
 
 proto: setup
 	hack/gen-proto

@@ -1,6 +1,6 @@
 """`hack/kind-e2e`: nri-podlevel installed from deploy/ on a kind cluster, checked against the engine.
 
-It creates the cluster of deploy/kind/cluster.yaml, builds the image from deploy/Containerfile, loads it
+It creates the cluster of deploy/kind/cluster.yaml, builds the image with hack/image, loads its OCI archive
 into the nodes, applies the rendered script-certs overlay (the very objects validated first) and the
 webhook certificate from hack/webhook-certs, then applies deploy/examples one pod at a time, without any
 annotation: the webhook adds it. Before each pod it asks every node's agent what `nri-podlevel simulate
@@ -8,8 +8,8 @@ annotation: the webhook adds it. Before each pod it asks every node's agent what
 cpuset.mems, cpu.max) and its pod cgroup's cpuset are read inside that node's container (`docker exec`)
 and compared with the decision for that node. A refused pod must show the refusal on its containers.
 
-Needs docker, kind and registry access. `--dry-run` runs no tool: it renders and validates every config
-the run would apply (kustomize render, examples, kind cluster config, certificate Secret and caBundle
+Needs docker, kind, buildah and registry access. `--dry-run` runs no tool: it renders and validates every
+config the run would apply (kustomize render, examples, kind cluster config, certificate Secret and caBundle
 patch) and prints every step.
 """
 
@@ -32,6 +32,7 @@ import yaml
 
 from podlevel.cgroups.paths import cgroups_path_components
 from podlevel.engine.cpuset import CPUSet
+from testbed.agent_image import image_archive
 from testbed.manifests import (
     CHECKOUT,
     EXAMPLES,
@@ -238,10 +239,9 @@ def run(args: argparse.Namespace, work: Path) -> int:
     create = ["kind", "create", "cluster", "--name", args.name, "--config", str(KIND_CLUSTER)]
     runner.step("create the kind cluster", create + (["--image", args.node_image] if args.node_image else []))
     try:
-        runner.step("build the image",
-                    ["docker", "build", "-f", "deploy/Containerfile", "-t", plan.image, "."])
+        runner.step("build the image (its OCI archive: hack/image)", [str(CHECKOUT / "hack" / "image")])
         runner.step("load it into the nodes",
-                    ["kind", "load", "docker-image", plan.image, "--name", args.name])
+                    ["kind", "load", "image-archive", str(image_archive(plan.image)), "--name", args.name])
         runner.step("install deploy/ (the validated render)",
                     [*cluster.kubectl, "apply", "-f", str(plan.rendered)])
         runner.step("the webhook's certificate", [str(CHECKOUT / "hack" / "webhook-certs")])

@@ -19,6 +19,12 @@ class PodSandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SANDBOX_READY: _ClassVar[PodSandboxState]
     SANDBOX_NOTREADY: _ClassVar[PodSandboxState]
 
+class MountPropagation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROPAGATION_PRIVATE: _ClassVar[MountPropagation]
+    PROPAGATION_HOST_TO_CONTAINER: _ClassVar[MountPropagation]
+    PROPAGATION_BIDIRECTIONAL: _ClassVar[MountPropagation]
+
 class ContainerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CONTAINER_CREATED: _ClassVar[ContainerState]
@@ -31,6 +37,9 @@ NODE: NamespaceMode
 TARGET: NamespaceMode
 SANDBOX_READY: PodSandboxState
 SANDBOX_NOTREADY: PodSandboxState
+PROPAGATION_PRIVATE: MountPropagation
+PROPAGATION_HOST_TO_CONTAINER: MountPropagation
+PROPAGATION_BIDIRECTIONAL: MountPropagation
 CONTAINER_CREATED: ContainerState
 CONTAINER_RUNNING: ContainerState
 CONTAINER_EXITED: ContainerState
@@ -67,12 +76,14 @@ class NamespaceOption(_message.Message):
     def __init__(self, network: _Optional[_Union[NamespaceMode, str]] = ..., pid: _Optional[_Union[NamespaceMode, str]] = ..., ipc: _Optional[_Union[NamespaceMode, str]] = ..., target_id: _Optional[str] = ...) -> None: ...
 
 class LinuxSandboxSecurityContext(_message.Message):
-    __slots__ = ("namespace_options", "privileged")
+    __slots__ = ("namespace_options", "privileged", "seccomp")
     NAMESPACE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
+    SECCOMP_FIELD_NUMBER: _ClassVar[int]
     namespace_options: NamespaceOption
     privileged: bool
-    def __init__(self, namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., privileged: _Optional[bool] = ...) -> None: ...
+    seccomp: SecurityProfile
+    def __init__(self, namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., privileged: _Optional[bool] = ..., seccomp: _Optional[_Union[SecurityProfile, _Mapping]] = ...) -> None: ...
 
 class LinuxPodSandboxConfig(_message.Message):
     __slots__ = ("cgroup_parent", "security_context", "sysctls", "overhead", "resources")
@@ -180,7 +191,7 @@ class PodSandboxStatusRequest(_message.Message):
     def __init__(self, pod_sandbox_id: _Optional[str] = ..., verbose: _Optional[bool] = ...) -> None: ...
 
 class PodSandboxStatus(_message.Message):
-    __slots__ = ("id", "metadata", "state", "created_at", "labels", "annotations", "runtime_handler")
+    __slots__ = ("id", "metadata", "state", "created_at", "network", "labels", "annotations", "runtime_handler")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -199,6 +210,7 @@ class PodSandboxStatus(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     RUNTIME_HANDLER_FIELD_NUMBER: _ClassVar[int]
@@ -206,10 +218,17 @@ class PodSandboxStatus(_message.Message):
     metadata: PodSandboxMetadata
     state: PodSandboxState
     created_at: int
+    network: PodSandboxNetworkStatus
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
     runtime_handler: str
-    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., state: _Optional[_Union[PodSandboxState, str]] = ..., created_at: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., metadata: _Optional[_Union[PodSandboxMetadata, _Mapping]] = ..., state: _Optional[_Union[PodSandboxState, str]] = ..., created_at: _Optional[int] = ..., network: _Optional[_Union[PodSandboxNetworkStatus, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., runtime_handler: _Optional[str] = ...) -> None: ...
+
+class PodSandboxNetworkStatus(_message.Message):
+    __slots__ = ("ip",)
+    IP_FIELD_NUMBER: _ClassVar[int]
+    ip: str
+    def __init__(self, ip: _Optional[str] = ...) -> None: ...
 
 class PodSandboxStatusResponse(_message.Message):
     __slots__ = ("status", "info")
@@ -355,13 +374,53 @@ class LinuxContainerResources(_message.Message):
     memory_swap_limit_in_bytes: int
     def __init__(self, cpu_period: _Optional[int] = ..., cpu_quota: _Optional[int] = ..., cpu_shares: _Optional[int] = ..., memory_limit_in_bytes: _Optional[int] = ..., oom_score_adj: _Optional[int] = ..., cpuset_cpus: _Optional[str] = ..., cpuset_mems: _Optional[str] = ..., hugepage_limits: _Optional[_Iterable[_Union[HugepageLimit, _Mapping]]] = ..., unified: _Optional[_Mapping[str, str]] = ..., memory_swap_limit_in_bytes: _Optional[int] = ...) -> None: ...
 
+class Int64Value(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: int
+    def __init__(self, value: _Optional[int] = ...) -> None: ...
+
+class Capability(_message.Message):
+    __slots__ = ("add_capabilities", "drop_capabilities")
+    ADD_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    DROP_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    add_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    drop_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, add_capabilities: _Optional[_Iterable[str]] = ..., drop_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SecurityProfile(_message.Message):
+    __slots__ = ("profile_type", "localhost_ref")
+    class ProfileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        RuntimeDefault: _ClassVar[SecurityProfile.ProfileType]
+        Unconfined: _ClassVar[SecurityProfile.ProfileType]
+        Localhost: _ClassVar[SecurityProfile.ProfileType]
+    RuntimeDefault: SecurityProfile.ProfileType
+    Unconfined: SecurityProfile.ProfileType
+    Localhost: SecurityProfile.ProfileType
+    PROFILE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    LOCALHOST_REF_FIELD_NUMBER: _ClassVar[int]
+    profile_type: SecurityProfile.ProfileType
+    localhost_ref: str
+    def __init__(self, profile_type: _Optional[_Union[SecurityProfile.ProfileType, str]] = ..., localhost_ref: _Optional[str] = ...) -> None: ...
+
 class LinuxContainerSecurityContext(_message.Message):
-    __slots__ = ("privileged", "namespace_options")
+    __slots__ = ("capabilities", "privileged", "namespace_options", "run_as_user", "readonly_rootfs", "no_new_privs", "seccomp")
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RUN_AS_USER_FIELD_NUMBER: _ClassVar[int]
+    READONLY_ROOTFS_FIELD_NUMBER: _ClassVar[int]
+    NO_NEW_PRIVS_FIELD_NUMBER: _ClassVar[int]
+    SECCOMP_FIELD_NUMBER: _ClassVar[int]
+    capabilities: Capability
     privileged: bool
     namespace_options: NamespaceOption
-    def __init__(self, privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ...) -> None: ...
+    run_as_user: Int64Value
+    readonly_rootfs: bool
+    no_new_privs: bool
+    seccomp: SecurityProfile
+    def __init__(self, capabilities: _Optional[_Union[Capability, _Mapping]] = ..., privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., run_as_user: _Optional[_Union[Int64Value, _Mapping]] = ..., readonly_rootfs: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[_Union[SecurityProfile, _Mapping]] = ...) -> None: ...
 
 class LinuxContainerConfig(_message.Message):
     __slots__ = ("resources", "security_context")
@@ -379,8 +438,20 @@ class ContainerMetadata(_message.Message):
     attempt: int
     def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class Mount(_message.Message):
+    __slots__ = ("container_path", "host_path", "readonly", "propagation")
+    CONTAINER_PATH_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATH_FIELD_NUMBER: _ClassVar[int]
+    READONLY_FIELD_NUMBER: _ClassVar[int]
+    PROPAGATION_FIELD_NUMBER: _ClassVar[int]
+    container_path: str
+    host_path: str
+    readonly: bool
+    propagation: MountPropagation
+    def __init__(self, container_path: _Optional[str] = ..., host_path: _Optional[str] = ..., readonly: _Optional[bool] = ..., propagation: _Optional[_Union[MountPropagation, str]] = ...) -> None: ...
+
 class ContainerConfig(_message.Message):
-    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "labels", "annotations", "log_path", "linux")
+    __slots__ = ("metadata", "image", "command", "args", "working_dir", "envs", "mounts", "labels", "annotations", "log_path", "linux")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -401,6 +472,7 @@ class ContainerConfig(_message.Message):
     ARGS_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     ENVS_FIELD_NUMBER: _ClassVar[int]
+    MOUNTS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     LOG_PATH_FIELD_NUMBER: _ClassVar[int]
@@ -411,11 +483,12 @@ class ContainerConfig(_message.Message):
     args: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
     envs: _containers.RepeatedCompositeFieldContainer[KeyValue]
+    mounts: _containers.RepeatedCompositeFieldContainer[Mount]
     labels: _containers.ScalarMap[str, str]
     annotations: _containers.ScalarMap[str, str]
     log_path: str
     linux: LinuxContainerConfig
-    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ...) -> None: ...
+    def __init__(self, metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., envs: _Optional[_Iterable[_Union[KeyValue, _Mapping]]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., log_path: _Optional[str] = ..., linux: _Optional[_Union[LinuxContainerConfig, _Mapping]] = ...) -> None: ...
 
 class CreateContainerRequest(_message.Message):
     __slots__ = ("pod_sandbox_id", "config", "sandbox_config")

@@ -5,7 +5,7 @@ The subset of the Kubernetes CRI (k8s.io/cri-api pkg/apis/runtime/v1) that the p
 kubelet-like test driver uses to run pods and containers on a real containerd.
 
 Every message, field, enum value and method declared here has the same name, number and type as
-upstream k8s.io/cri-api 0.32.3; tests/compat/test_proto_compat.py checks that. Windows, networking,
+upstream k8s.io/cri-api 0.32.3; tests/compat/test_proto_compat.py checks that. Windows, most networking,
 streaming, stats and most security fields are left out; a runtime's replies keep them as unknown
 fields.
 """

@@ -1,0 +1,79 @@
+"""The product's image as a cluster gets it: built by hack/image, imported into the test bed's containerd.
+
+hack/image writes an OCI archive (its path the last line it prints, the image id the line before) named as
+the manifests name the image (`nri-podlevel:<version>`), so a DaemonSet pod spec rendered from deploy/ finds
+it in containerd as a kubelet's would after a pull. `hack/kind-e2e` loads the same archive into kind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from testbed.manifests import CHECKOUT
+
+HACK_IMAGE: Final = CHECKOUT / "hack" / "image"
+ARCHIVES: Final = CHECKOUT / ".cache" / "image" / "out"
+BUILD_TIMEOUT_S: Final = 900
+
+
+class ImageBuildError(RuntimeError):
+    """hack/image failed; the message carries the end of its output."""
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    archive: Path
+    image_id: str
+    """The image's config digest (`sha256:...`): the same sources give the same id."""
+    reference: str
+    """What the manifests call it (`nri-podlevel:0.1.0`)."""
+
+
+def version(checkout: Path = CHECKOUT) -> str:
+    return str(tomllib.loads((checkout / "pyproject.toml").read_text())["project"]["version"])
+
+
+def image_archive(image: str) -> Path:
+    """Where hack/image writes the archive of `image` (`nri-podlevel:TAG`)."""
+    _, _, tag = image.rpartition(":")
+    return ARCHIVES / f"nri-podlevel-{tag}.tar"
+
+
+def build(checkout: Path = CHECKOUT, *, out: Path | None = None) -> BuiltImage:
+    """Run `checkout`'s hack/image (a copy of this checkout may carry another version); the wheels and the
+    base come from this checkout's cache."""
+    command = [str(checkout / "hack" / "image")] + (["--out", str(out)] if out else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=BUILD_TIMEOUT_S)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(lines) < 2 or not lines[-2].startswith("image id sha256:"):
+        raise ImageBuildError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+                              f"\n{done.stdout[-1000:]}")
+    image_id = lines[-2].removeprefix("image id ")
+    return BuiltImage(Path(lines[-1]), image_id, f"nri-podlevel:{version(checkout)}")
+
+
+def copy_with_version(destination: Path, new_version: str) -> Path:
+    """This checkout's product files (what hack/image reads) with pyproject's version replaced: the image of
+    a version bump, for upgrade tests. The copy shares this checkout's virtualenv and image cache."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in ("hack", "deploy", "plugin", "README.md", ".gitignore"):
+        source = CHECKOUT / name
+        if source.is_dir():
+            shutil.copytree(source, destination / name, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(source, destination / name)
+    pyproject = (CHECKOUT / "pyproject.toml").read_text()
+    old = f'version = "{version()}"'
+    if old not in pyproject:
+        raise ImageBuildError(f"pyproject.toml has no line {old!r}")
+    (destination / "pyproject.toml").write_text(pyproject.replace(old, f'version = "{new_version}"', 1))
+    for link, target in ((".venv", CHECKOUT / ".venv"), (".cache", CHECKOUT / ".cache")):
+        (destination / link).symlink_to(target)
+    subprocess.run(["git", "init", "-q", str(destination)], check=True, timeout=30)
+    return destination
