@@ -74,7 +74,7 @@ def read_cgroup(cgroup_path: str, mount: Path = CGROUP_MOUNT) -> CgroupValues:
         memory_limit=None if limit >= V1_MEMORY_UNLIMITED_FROM else limit)
 
 
-def _status_field(pid: int, name: str) -> str:
+def status_field(pid: int, name: str) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key == name:
@@ -84,9 +84,9 @@ def _status_field(pid: int, name: str) -> str:
 
 def cpus_allowed_list(pid: int) -> str:
     """The CPUs the kernel lets `pid` run on (`Cpus_allowed_list`), the end result of every cpuset."""
-    return _status_field(pid, "Cpus_allowed_list")
+    return status_field(pid, "Cpus_allowed_list")
 
 
 def mems_allowed_list(pid: int) -> str:
     """The memory nodes `pid` may allocate from (`Mems_allowed_list`)."""
-    return _status_field(pid, "Mems_allowed_list")
+    return status_field(pid, "Mems_allowed_list")

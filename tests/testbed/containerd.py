@@ -12,8 +12,12 @@ Invariants:
 
 Flavours: "2" is Debian sid's containerd 2.x (config version 3, NRI on by default); "1.7" is Debian
 trixie's containerd 1.7 (config version 2, NRI enabled explicitly). Both use the host's runc (bookworm's
-1.1.5; the newer Debian runc needs a newer glibc), the cgroupfs driver, no CNI (host-network pods only)
-and `restrict_oom_score_adj`, without which runc fails where CAP_SYS_RESOURCE is not in the bounding set.
+1.1.5; the newer Debian runc needs a newer glibc), the cgroupfs driver and `restrict_oom_score_adj`, without
+which runc fails where CAP_SYS_RESOURCE is not in the bounding set. By default there is no CNI (host-network
+pods only); `pod_network=True` adds one with Debian's CNI plugins: each pod gets a network namespace (mounted
+under `base`) and an address of a /24 private to this instance, reached from the host over a point-to-point
+veth (`ptp`), with no NAT and no bridge. The ptp plugin turns IPv4 forwarding on; stop() puts back the value
+it found.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ CRI_NAMESPACE: Final = "k8s.io"
 SHIM_BINARY: Final = "containerd-shim-runc-v2"
 SHIM_SOCKET_DIR: Final = Path("/run/containerd/s")
 CGROUP_MOUNT: Final = Path("/sys/fs/cgroup")
+CNI_PLUGINS: Final = Path("/usr/lib/cni")
+IP_FORWARD: Final = Path("/proc/sys/net/ipv4/ip_forward")
 # sun_path is 108 bytes including the terminating NUL.
 UNIX_PATH_MAX: Final = 107
 START_TIMEOUT_S: Final = 30.0
@@ -148,7 +154,8 @@ class Containerd:
     """
 
     def __init__(self, flavour: str = "2", base: Path | str | None = None, *, cache: Path | None = None,
-                 runc: Path = HOST_RUNC, snapshotter: str = "overlayfs", log_level: str = "info") -> None:
+                 runc: Path = HOST_RUNC, snapshotter: str = "overlayfs", log_level: str = "info",
+                 pod_network: bool = False) -> None:
         if flavour not in FLAVOURS:
             raise ValueError(f"containerd flavour must be one of {sorted(FLAVOURS)}, got {flavour!r}")
         self.flavour = FLAVOURS[flavour]
@@ -170,6 +177,9 @@ class Containerd:
         self.image_dir = CACHE_DIR / "testbed-images"
         base_digest = hashlib.sha256(str(self.base).encode()).hexdigest()[:8]
         self.cgroup_root = f"/nri-podlevel-test-{base_digest}.slice"
+        self.pod_network = pod_network
+        self.pod_subnet = f"10.233.{int(base_digest[:2], 16)}.0/24"
+        self._ip_forward: str | None = None
         self.versions: dict[str, str] = {}
         self._process: subprocess.Popen[bytes] | None = None
         for path in (self.cri_socket, self.nri_socket, Path(str(self.cri_socket) + ".ttrpc")):
@@ -275,6 +285,7 @@ state = '{b}/state'
   [{cri}]
     enable_cdi = false
     restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
     [{cri}.containerd]
       {runtime.format(cri=cri)}
     [{cri}.cni]
@@ -291,6 +302,7 @@ state = '{b}/state'
     sandbox_image = '{images.PAUSE_IMAGE}'
     enable_cdi = false
     restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
     stream_server_address = '127.0.0.1'
     stream_server_port = '0'
     [{cri}.containerd]
@@ -329,6 +341,8 @@ state = '{b}/state'
                     "pod-logs"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self.config())
+        if self.pod_network:
+            self._configure_cni()
         self._launch()
         images.import_images(self.ctr_command(), self.image_dir, self.snapshotter)
         self.versions = self._read_versions()
@@ -357,9 +371,28 @@ state = '{b}/state'
         self._kill_shims()
         self._unmount()
         self._remove_cgroups()
+        if self._ip_forward is not None:
+            IP_FORWARD.write_text(self._ip_forward)
         left = self.leftovers()
         if left:
             raise ContainerdError(f"test bed {self.base} left behind: {'; '.join(left)}")
+
+    def _configure_cni(self) -> None:
+        """Debian's ptp, host-local and loopback plugins, and one network of them (module docstring)."""
+        for plugin in ("ptp", "host-local", "loopback"):
+            if not (CNI_PLUGINS / plugin).exists():
+                raise ContainerdError(f"CNI plugin {CNI_PLUGINS / plugin} is missing (hack/setup installs "
+                                      "containernetworking-plugins)")
+            link = self.base / "cni" / "bin" / plugin
+            link.unlink(missing_ok=True)
+            link.symlink_to(CNI_PLUGINS / plugin)
+        network = {"cniVersion": "1.0.0", "name": "testbed", "plugins": [{
+            "type": "ptp", "ipMasq": False,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": self.pod_subnet}]],
+                     "dataDir": str(self.base / "cni" / "ipam")}}]}
+        (self.base / "cni" / "net.d" / "10-testbed.conflist").write_text(json.dumps(network, indent=1))
+        if self._ip_forward is None:
+            self._ip_forward = IP_FORWARD.read_text()
 
     def _launch(self) -> None:
         for path in (self.cri_socket, Path(str(self.cri_socket) + ".ttrpc"), self.nri_socket):

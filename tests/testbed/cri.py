@@ -3,8 +3,9 @@
 It fills requests the way a kubelet does where that matters to the plugin: pods get a cgroup parent and
 pod-level resources in `PodSandboxConfig.linux.resources`, containers get LinuxContainerResources computed
 from requests and limits (`podspec.runtime`), and CreateContainer carries the sandbox config. Pods are
-host-network (the test bed has no CNI) and have no hostname, which runc refuses to set without a private
-UTS namespace. Every RPC has a deadline; failures raise CRIError naming the call and the runtime's reason.
+host-network unless asked for the pod network (a test bed started with `pod_network`, which has CNI), and
+host-network pods have no hostname, which runc refuses to set without a private UTS namespace. Every RPC has
+a deadline; failures raise CRIError naming the call and the runtime's reason.
 """
 
 from __future__ import annotations
@@ -209,11 +210,14 @@ class CRI:
     def run_pod(self, name: str, *, namespace: str = "default", uid: str | None = None,
                 cgroup_parent: str | None = None, resources: Resources | None = None,
                 overhead: Resources | None = None, annotations: Mapping[str, str] | None = None,
-                labels: Mapping[str, str] | None = None) -> str:
-        """RunPodSandbox for a host-network pod; returns the sandbox id.
+                labels: Mapping[str, str] | None = None, host_network: bool = True) -> str:
+        """RunPodSandbox; returns the sandbox id.
 
         `resources` are the pod-level resources (KEP-2837) a kubelet puts into
-        `PodSandboxConfig.linux.resources`; `cgroup_parent` is the pod cgroup (cgroupfs syntax).
+        `PodSandboxConfig.linux.resources`; `cgroup_parent` is the pod cgroup (cgroupfs syntax). Without
+        `host_network` the pod gets its own network namespace from the runtime's CNI (`pod_ip` says its
+        address) and the pod's name as hostname, with the runtime's default seccomp profile, as a kubelet
+        asks for a pod whose `seccompProfile` is RuntimeDefault.
         """
         uid = uid or str(uuid.uuid4())
         if self.cgroup_root is not None:
@@ -226,17 +230,19 @@ class CRI:
             pod_logs = self.log_dir / f"{namespace}_{name}_{uid}"
             pod_logs.mkdir(parents=True, exist_ok=True)
             log_directory = str(pod_logs)
-        linux = pb.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent or "",
-            security_context=pb.LinuxSandboxSecurityContext(
-                namespace_options=pb.NamespaceOption(network=pb.NODE, pid=pb.CONTAINER, ipc=pb.POD)))
+        security = pb.LinuxSandboxSecurityContext(namespace_options=pb.NamespaceOption(
+            network=pb.NODE if host_network else pb.POD, pid=pb.CONTAINER, ipc=pb.POD))
+        if not host_network:
+            security.seccomp.profile_type = pb.SecurityProfile.RuntimeDefault
+        linux = pb.LinuxPodSandboxConfig(cgroup_parent=cgroup_parent or "", security_context=security)
         if resources is not None:
             linux.resources.CopyFrom(resources.to_proto())
         if overhead is not None:
             linux.overhead.CopyFrom(overhead.to_proto())
         config = pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(name=name, namespace=namespace, uid=uid, attempt=0),
-            log_directory=log_directory, labels=dict(labels or {}), annotations=dict(annotations or {}),
+            hostname="" if host_network else name, log_directory=log_directory, labels=dict(labels or {}),
+            annotations=dict(annotations or {}),
             linux=linux)
         reply = self._call(self._runtime.RunPodSandbox, "RunPodSandbox",
                            pb.RunPodSandboxRequest(config=config))
@@ -253,6 +259,12 @@ class CRI:
                    pb.RemovePodSandboxRequest(pod_sandbox_id=pod_id))
         self._pod_configs.pop(pod_id, None)
 
+    def pod_ip(self, pod_id: str) -> str:
+        """The pod's address on the pod network ("" for a host-network pod)."""
+        reply = self._call(self._runtime.PodSandboxStatus, "PodSandboxStatus",
+                           pb.PodSandboxStatusRequest(pod_sandbox_id=pod_id))
+        return reply.status.network.ip
+
     def list_pods(self) -> list[PodSummary]:
         reply = self._call(self._runtime.ListPodSandbox, "ListPodSandbox", pb.ListPodSandboxRequest())
         return [PodSummary(p.id, p.metadata.name, p.metadata.namespace, p.metadata.uid,
@@ -265,11 +277,14 @@ class CRI:
                          command: Sequence[str] = (), args: Sequence[str] = (),
                          resources: Resources | None = None, annotations: Mapping[str, str] | None = None,
                          labels: Mapping[str, str] | None = None,
-                         env: Mapping[str, str] | None = None, attempt: int = 0) -> str:
+                         env: Mapping[str, str] | None = None, attempt: int = 0,
+                         mounts: Sequence[pb.Mount] = (),
+                         security: pb.LinuxContainerSecurityContext | None = None) -> str:
         """CreateContainer in a pod this client ran; returns the container id (not started yet).
 
         `attempt` counts restarts of the same container name, as the kubelet's does: the runtime reserves a
         name per attempt, so a restarted container may be created before the exited one is removed.
+        `mounts` and `security` are what a kubelet makes of the container's volumes and securityContext.
         """
         if pod_id not in self._pod_configs:
             raise ValueError(f"pod {pod_id} was not run by this CRI client; CreateContainer needs its config")
@@ -277,14 +292,18 @@ class CRI:
             metadata=pb.ContainerMetadata(name=name, attempt=attempt), image=pb.ImageSpec(image=image),
             command=list(command), args=list(args), labels=dict(labels or {}),
             annotations=dict(annotations or {}),
-            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()],
+            envs=[pb.KeyValue(key=k, value=v) for k, v in (env or {}).items()], mounts=list(mounts),
             log_path=f"{name}/{attempt}.log" if self._pod_configs[pod_id].log_directory else "",
             linux=pb.LinuxContainerConfig(
                 resources=(resources or Resources()).to_proto(),
-                security_context=pb.LinuxContainerSecurityContext()))
+                security_context=security or pb.LinuxContainerSecurityContext()))
         request = pb.CreateContainerRequest(pod_sandbox_id=pod_id, config=config,
                                             sandbox_config=self._pod_configs[pod_id])
         return self._call(self._runtime.CreateContainer, "CreateContainer", request).container_id
+
+    def log_file(self, pod_id: str, name: str, attempt: int = 0) -> Path:
+        """The CRI log file of container `name` (`TIME STREAM TAG message` lines) in a pod this client ran."""
+        return Path(self._pod_configs[pod_id].log_directory) / name / f"{attempt}.log"
 
     def start_container(self, container_id: str) -> None:
         self._call(self._runtime.StartContainer, "StartContainer",

@@ -199,7 +199,8 @@ def test_containerfile() -> None:
     (install,) = [c.value[0] for c in commands if c.cmd.upper() == "RUN"]
     assert "--no-index --find-links /wheels nri-podlevel" in install
     final = commands[max(i for i, c in enumerate(commands) if c.cmd.upper() == "FROM"):]
-    assert [c.cmd.upper() for c in final] == ["FROM", "COPY", "USER", "ENTRYPOINT"]
+    assert [c.cmd.upper() for c in final] == ["FROM", "COPY", "ENV", "USER", "ENTRYPOINT"]
+    assert final[2].value[:2] == ("PATH", "/opt/nri-podlevel/bin:$PATH")
     assert final[1].flags == ("--from=install",)
     (user,) = [c.value[0] for c in final if c.cmd.upper() == "USER"]
     assert int(user.split(":")[0]) != 0
