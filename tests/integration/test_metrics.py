@@ -8,7 +8,6 @@ bubble that fits.
 
 from __future__ import annotations
 
-import http.client
 import json
 from pathlib import Path
 from typing import Final
@@ -17,7 +16,7 @@ import pytest
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR, TOPOLOGY_AFFINITY_ERROR
 from support.demo_node import demo_pod
-from support.scrape import Samples, samples_of, value
+from support.scrape import Samples, exposition, samples_of, value
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError
 from testbed.kubelet import start_pod
@@ -30,17 +29,7 @@ LOG_TIMEOUT_S: Final = 15.0
 
 
 def scrape(plugin: PluginProcess) -> Samples:
-    host, port = plugin.metrics_address.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=5)
-    try:
-        connection.request("GET", "/metrics")
-        response = connection.getresponse()
-        assert response.status == 200
-        assert response.getheader("Content-Type", "").startswith("text/plain; version=")
-        text = response.read().decode()
-    finally:
-        connection.close()
-    return samples_of(text)
+    return samples_of(exposition(plugin.metrics_address))
 
 
 def resource_counts(seen: Samples) -> dict[str, float]:

@@ -2,8 +2,9 @@
 the kubectl wheel in the virtualenv) and every object checked offline against the Kubernetes API schemas
 that `kubernetes-validate` bundles. The tests and `hack/kind-e2e` render and check the same files.
 
-cert-manager's Issuer and Certificate are custom resources, which no bundled schema describes: they are
-checked for the fields the webhook's wiring depends on instead.
+cert-manager's Issuer and Certificate and the Prometheus Operator's PodMonitor and PrometheusRule
+(deploy/monitoring) are custom resources, which no bundled schema describes: they are checked for the fields
+the webhook's wiring and the monitoring depend on instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ KIND_CLUSTER: Final = DEPLOY / "kind" / "cluster.yaml"
 NODE_FILES: Final = DEPLOY / "node"
 # The newest Kubernetes whose schemas kubernetes-validate bundles.
 KUBERNETES_VERSION: Final = "1.37.0"
-CUSTOM_KINDS: Final = frozenset({("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")})
+CUSTOM_KINDS: Final = frozenset({
+    ("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
+    ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+})
 
 Manifest = dict[str, Any]
 
@@ -47,10 +51,15 @@ def kubectl() -> str:
 
 def render(overlay: str) -> list[Manifest]:
     """The objects `kubectl apply -k deploy/overlays/<overlay>` would send."""
-    done = subprocess.run([kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
+    return render_directory(DEPLOY / "overlays" / overlay)
+
+
+def render_directory(directory: Path) -> list[Manifest]:
+    """The objects `kubectl apply -k <directory>` would send."""
+    done = subprocess.run([kubectl(), "kustomize", str(directory)],
                           capture_output=True, text=True, check=False, timeout=60)
     if done.returncode != 0:
-        raise ManifestError(f"kustomize {overlay}: {done.stderr.strip()}")
+        raise ManifestError(f"kustomize {directory.relative_to(DEPLOY)}: {done.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 

@@ -1,0 +1,176 @@
+"""deploy/monitoring: it renders with kustomize; the PodMonitor finds the agent's pods and port; the rules
+load in promtool and pass their own tests (which can fail); every metric a rule or a panel uses is one the
+plugin exports, with the type its query assumes; the dashboard is one Grafana loads."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from podlevel.agent.placement import Placement
+from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.report.metrics import PluginMetrics
+from support.builders import new_engine
+from testbed.manifests import Manifest, check, find, render
+from testbed.monitoring import (
+    JOB,
+    RULES_TEST,
+    alerts,
+    check_rules,
+    dashboard,
+    dashboard_queries,
+    expected_type,
+    exposed,
+    metric_names,
+    missing,
+    render_monitoring,
+    rules_spec,
+    run_rule_tests,
+)
+
+SEVERITIES = {"warning", "critical"}
+
+
+@pytest.fixture(scope="module")
+def monitoring() -> list[Manifest]:
+    return render_monitoring()
+
+
+@pytest.fixture(scope="module")
+def spec(monitoring: list[Manifest]) -> dict[str, Any]:
+    return rules_spec(monitoring)
+
+
+@pytest.fixture(scope="module")
+def board(monitoring: list[Manifest]) -> dict[str, Any]:
+    return dashboard(monitoring)
+
+
+def plugin_exposition() -> str:
+    """The exposition of `nri-podlevel run`'s metrics on the test engine, after one handled event (a
+    histogram's labelled series appear at their first observation)."""
+    plugins: list[PodLevelPlugin] = []
+    metrics = PluginMetrics(lambda: plugins[0].snapshot)
+    plugins.append(PodLevelPlugin(Placement(new_engine()), observer=metrics))
+    metrics.event_handled("create_container", 0.001)
+    return metrics.exposition().decode()
+
+
+def used_names(spec: dict[str, Any], board: dict[str, Any]) -> set[str]:
+    exprs = [rule["expr"] for group in spec["groups"] for rule in group["rules"]] + dashboard_queries(board)
+    return set().union(*(metric_names(expr) for expr in exprs))
+
+
+def test_renders_into_the_agents_namespace(monitoring: list[Manifest]) -> None:
+    check(monitoring, "deploy/monitoring")
+    assert sorted(o["kind"] for o in monitoring) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+    assert all(o["metadata"]["namespace"] == "nri-podlevel" for o in monitoring)
+    (config_map,) = find(monitoring, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["name"] == "nri-podlevel-dashboard", "no hash: one ConfigMap per uid"
+
+
+def test_pod_monitor_scrapes_the_agents_metrics_port(monitoring: list[Manifest]) -> None:
+    """Its selector matches the DaemonSet's pods, its port is the agent's `--metrics-address` port, and the
+    job and node labels the rules and the dashboard select by are the ones it sets."""
+    (daemonset,) = find(render("script-certs"), "DaemonSet")
+    template = daemonset["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    (monitor,) = find(monitoring, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    assert not monitor["spec"]["selector"].keys() - {"matchLabels"}
+    assert template["metadata"]["labels"][monitor["spec"]["jobLabel"]] == JOB
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (port,) = [p for p in container["ports"] if p["name"] == endpoint["port"]]
+    assert f"--metrics-address=0.0.0.0:{port['containerPort']}" in container["args"]
+    assert endpoint["path"] == "/metrics"
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in \
+        endpoint["relabelings"]
+
+
+def test_rules_load_in_promtool(spec: dict[str, Any], tmp_path: Path) -> None:
+    done = check_rules(spec, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {sum(len(g['rules']) for g in spec['groups'])} rules found" in done.stdout
+    broken = copy.deepcopy(spec)
+    broken["groups"][0]["rules"][0]["expr"] = "rate(nri_podlevel_runtime_connected[5m]"
+    assert check_rules(broken, tmp_path).returncode != 0
+
+
+def test_every_alert_says_how_bad_and_what_to_do(spec: dict[str, Any]) -> None:
+    names = [alert["alert"] for alert in alerts(spec)]
+    assert len(names) == len(set(names))
+    for alert in alerts(spec):
+        assert alert["labels"]["severity"] in SEVERITIES, alert["alert"]
+        assert {"summary", "description"} <= alert["annotations"].keys(), alert["alert"]
+    jobs = {job for alert in alerts(spec) for job in re.findall(r'\bjob="([^"]*)"', alert["expr"])}
+    assert jobs == {JOB}
+
+
+def test_rules_pass_their_tests_and_a_wrong_expectation_fails(spec: dict[str, Any], tmp_path: Path) -> None:
+    """Every alert has a case where it fires and one where it stays quiet; promtool passes them all, and
+    fails once one expectation is wrong."""
+    suite = yaml.safe_load(RULES_TEST.read_text())
+    cases = [case for test in suite["tests"] for case in test["alert_rule_test"]]
+    names = {alert["alert"] for alert in alerts(spec)}
+    assert {c["alertname"] for c in cases if c["exp_alerts"]} == names
+    assert {c["alertname"] for c in cases if not c["exp_alerts"]} == names
+
+    done = run_rule_tests(spec, suite, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+    firing = next(c for c in cases if c["alertname"] == "NriPodlevelEventsOverTimeout" and c["exp_alerts"])
+    firing["exp_alerts"][0]["exp_labels"]["severity"] = "warning"
+    wrong = run_rule_tests(spec, suite, tmp_path)
+    assert wrong.returncode != 0
+    assert "alertname: NriPodlevelEventsOverTimeout" in wrong.stdout + wrong.stderr
+
+
+def test_metric_names_of_a_query() -> None:
+    expr = ('histogram_quantile(0.99, sum by (event, le) (rate(a_bucket{node=~"$node", x="y{z}"}'
+            '[$__rate_interval]))) > 1e3 and on (node) absent(b offset 5m) or c:recorded unless d == bool 0')
+    assert metric_names(expr) == {"a_bucket", "b", "c:recorded", "d"}
+
+
+def test_every_metric_used_is_exported_with_its_type(spec: dict[str, Any], board: dict[str, Any]) -> None:
+    types = exposed(plugin_exposition())
+    names = used_names(spec, board)
+    assert missing(names, types) == []
+    assert {"nri_podlevel_event_duration_seconds_bucket", "nri_podlevel_runtime_connected",
+            "resource_manager_allocation_errors_total", "nri_podlevel_free_cpus", "up"} <= names
+    assert missing({"nri_podlevel_runtime_connected_total", "nri_podlevel_free_cpus_bucket",
+                    "nri_podlevel_checkpoint_write_failures"}, types) == [
+        "nri_podlevel_checkpoint_write_failures: not exposed",
+        "nri_podlevel_free_cpus_bucket: not exposed",
+        "nri_podlevel_runtime_connected_total: not exposed",
+    ]
+    assert expected_type("resource_manager_container_assignments") == types[
+        "resource_manager_container_assignments"] == "gauge"
+
+
+def test_dashboard_loads_in_grafana(board: dict[str, Any]) -> None:
+    """Schema 39 with a data source variable every query goes through and a node variable every query
+    filters by; each panel has a query, unique ids and a place of its own."""
+    assert board["uid"] == "nri-podlevel" and board["schemaVersion"] == 39
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert (variables["datasource"]["type"], variables["datasource"]["query"]) == ("datasource", "prometheus")
+    assert variables["node"]["datasource"]["uid"] == "${datasource}"
+    panels = board["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    assert len({p["title"] for p in panels}) == len(panels)
+    cells = [(x, y) for p in panels for x in range(p["gridPos"]["x"], p["gridPos"]["x"] + p["gridPos"]["w"])
+             for y in range(p["gridPos"]["y"], p["gridPos"]["y"] + p["gridPos"]["h"])]
+    assert len(cells) == len(set(cells)), "panels overlap"
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert 'node=~"$node"' in target["expr"], panel["title"]
