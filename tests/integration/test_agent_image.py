@@ -129,6 +129,10 @@ def test_the_daemonset_pod_places_the_demo_pods(node: Node, image: BuiltImage) -
     pid = node.cri.container_status(agent.container_id).pid
     assert cgroupfs.status_field(pid, "NSpid").split()[-1] == "1", "the agent is its container's PID 1"
     assert agent.ip and agent.ip != "127.0.0.1"
+    # The pod network carries the probes and /metrics, never the views that name every pod and its CPUs.
+    assert agent.get("metrics", "/metrics")[0] == 200
+    assert agent.get("metrics", "/debug/node")[0] == 404
+    assert agent.get(9809, "/debug/node")[0] == 0, "the operator views listen on the pod's loopback only"
     node.wait_logged(agent, "registered with containerd")
 
     web = start_pod(node.cri, demo_pod("web"), with_shape=False)

@@ -44,7 +44,7 @@ class DemoNode:
     main_app: str
 
     def args(self) -> list[str]:
-        return ["--address", self.plugin.metrics_address, "--state-dir", str(self.plugin.state_dir)]
+        return ["--address", self.plugin.debug_address, "--state-dir", str(self.plugin.state_dir)]
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_with_the_plugin_down_show_and_check_read_the_checkpoints(demo: DemoNode
 
 
 def test_explain_an_admitted_and_a_refused_pod(demo: DemoNode) -> None:
-    admitted = nri_podlevel("explain", "default/fast-path", "--address", demo.plugin.metrics_address)
+    admitted = nri_podlevel("explain", "default/fast-path", "--address", demo.plugin.debug_address)
     assert admitted.returncode == 0, admitted.stderr
     lines = admitted.stdout.splitlines()
     assert lines[0].startswith("default/fast-path (uid ") and lines[0].endswith("): admitted")
@@ -138,18 +138,18 @@ def test_explain_an_admitted_and_a_refused_pod(demo: DemoNode) -> None:
     assert "    merged: any node (preferred) -> admitted by single-numa-node" in lines
     assert "    main-app: pod_exclusive cpus 1 mems 0 quota max" in lines
 
-    refused = nri_podlevel("explain", "default/no-room", "--address", demo.plugin.metrics_address)
+    refused = nri_podlevel("explain", "default/no-room", "--address", demo.plugin.debug_address)
     assert refused.returncode == 0, refused.stderr
     assert refused.stdout.splitlines()[0].endswith("): refused")
     assert f"  refused by {EMPTY_POD_SHARED_POOL_ERROR}: pod default/no-room: " in refused.stdout
 
-    as_json = nri_podlevel("explain", "default/no-room", "--json", "--address", demo.plugin.metrics_address)
+    as_json = nri_podlevel("explain", "default/no-room", "--json", "--address", demo.plugin.debug_address)
     assert json.loads(as_json.stdout)["error"]["type"] == EMPTY_POD_SHARED_POOL_ERROR
 
 
 def test_simulate_node_says_a_second_bubble_would_not_fit(demo: DemoNode) -> None:
     """fast-path holds CPU 1, the only assignable CPU: the live node has no room for another one."""
-    done = nri_podlevel("simulate", "--node", "--address", demo.plugin.metrics_address, str(PODS))
+    done = nri_podlevel("simulate", "--node", "--address", demo.plugin.debug_address, str(PODS))
     assert done.returncode == 1, done.stderr
     assert "pods admitted there: default/fast-path" in done.stdout
     assert f"  default/fast-path  REFUSED  {TOPOLOGY_AFFINITY_ERROR}: " in done.stdout

@@ -68,11 +68,11 @@ def nri_podlevel(*args: str, check: bool = True) -> None:
 def operator_commands(cri: CRI, plugin: PluginProcess, started: list[tuple[Pod, dict[str, str]]],
                       refused: list[Pod]) -> None:
     """show, check, explain; then a drift: the first container's cpuset written behind the plugin's back."""
-    source = ["--address", plugin.metrics_address, "--state-dir", str(plugin.state_dir)]
+    source = ["--address", plugin.debug_address, "--state-dir", str(plugin.state_dir)]
     nri_podlevel("show", *source)
     nri_podlevel("check", *source)
     for pod in [pod for pod, _ in started] + refused:
-        nri_podlevel("explain", f"{pod.namespace}/{pod.name}", "--address", plugin.metrics_address)
+        nri_podlevel("explain", f"{pod.namespace}/{pod.name}", "--address", plugin.debug_address)
     if not started or not started[0][1]:
         return
     container_id = next(iter(started[0][1].values()))

@@ -172,7 +172,7 @@ class Cluster:
     def predict(self, agent: str, node: str, manifest: str) -> dict[str, Any]:
         out = self.run.step(f"what {node}'s engine decides for the pod", [
             *self.kubectl, "-n", NAMESPACE, "exec", "-i", agent, "--", "nri-podlevel", "simulate", "--node",
-            "--address", "127.0.0.1:9808", "--topology", "sysfs=/host/sys", "--json", "-"], stdin=manifest)
+            "--topology", "sysfs=/host/sys", "--json", "-"], stdin=manifest)
         decision: dict[str, Any] = _json(out)["pods"][0]
         return decision
 

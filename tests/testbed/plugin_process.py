@@ -111,9 +111,9 @@ class LoggedProcess:
 
 class PluginProcess(LoggedProcess):
     """`nri-podlevel run --nri-socket SOCKET --state-dir DIR EXTRA...` in a child process. A plugin started
-    again with the same `state_dir` restores from the checkpoints there. Its HTTP endpoint listens on a free
-    loopback port, `metrics_address`, and its PodResources service on `podresources_socket` in the state
-    directory, so several plugins never collide."""
+    again with the same `state_dir` restores from the checkpoints there. Its probes and metrics listen on a
+    free loopback port, `metrics_address`, its operator views on another, `debug_address`, and its
+    PodResources service on `podresources_socket` in the state directory, so several plugins never collide."""
 
     def __init__(
         self, nri_socket: Path, extra: Sequence[str] = (), *, state_dir: Path, prefix: str = "  plugin | ",
@@ -121,10 +121,12 @@ class PluginProcess(LoggedProcess):
     ) -> None:
         self.state_dir = state_dir
         self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.debug_address = f"127.0.0.1:{free_port()}"
         self.podresources_socket = state_dir / "pod-resources.sock"
         command = [
             sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(nri_socket),
             "--state-dir", str(state_dir), "--metrics-address", self.metrics_address,
+            "--debug-address", self.debug_address,
             "--podresources-socket", str(self.podresources_socket), *extra,
         ]
         super().__init__(command, name="nri-podlevel run", prefix=prefix, echo=echo)

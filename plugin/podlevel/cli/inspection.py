@@ -37,7 +37,7 @@ from podlevel.cgroups import (
 )
 from podlevel.cli.checkpoint import summary
 from podlevel.cli.inputs import read_bytes
-from podlevel.cli.run import DEFAULT_METRICS_ADDRESS
+from podlevel.cli.run import DEFAULT_DEBUG_ADDRESS
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.report.http import parse_address
@@ -64,8 +64,8 @@ class BadInput(Exception):
 
 
 def add_source_arguments(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
-    parser.add_argument("--address", default=DEFAULT_METRICS_ADDRESS,
-                        help="HOST:PORT of the plugin's endpoint, its --metrics-address (%(default)s)")
+    parser.add_argument("--address", default=DEFAULT_DEBUG_ADDRESS,
+                        help="HOST:PORT of the plugin's operator views, its --debug-address (%(default)s)")
     if local:
         parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                             help="the plugin's checkpoints (%(default)s)")

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
 DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:9808"
+# The operator views name every pod and its CPUs: loopback by default, so a pod network never carries them
+# (`kubectl exec` into the agent reaches them; `show`, `check`, `explain` and `simulate --node` ask there).
+DEFAULT_DEBUG_ADDRESS: Final = "127.0.0.1:9809"
 DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
 
@@ -64,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the checkpoints live, created 0700 (%(default)s)")
     parser.add_argument("--metrics-address", default=DEFAULT_METRICS_ADDRESS,
                         help="HOST:PORT of probes and metrics (%(default)s); empty: off")
+    parser.add_argument("--debug-address", default=DEFAULT_DEBUG_ADDRESS,
+                        help="HOST:PORT of the operator views /debug/node and /debug/explain, which name "
+                             "every pod and its CPUs (%(default)s; keep it off the pod network); empty: off")
     parser.add_argument("--podresources-socket", default=str(DEFAULT_PODRESOURCES_SOCKET),
                         help="socket of the PodResources v1 service (%(default)s), mode 0600; empty: off")
     parser.add_argument("--podresources-socket-group", default="", metavar="NAME|GID",
@@ -208,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             check_launched_socket(stub.socket_fd)
         else:
             stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
-        server = report_server(args.metrics_address, stub, metrics, handler) if metrics else None
+        servers = report_servers(args, stub, metrics, handler)
         podresources = podresources_server(args, handler) if args.podresources_socket else None
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
@@ -218,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
         engine.config.topology_policy.value, engine.reserved_cpus or "none",
     )
-    if server is not None:
+    for server in servers:
         server.start()
     if podresources is not None:
         podresources.start()
@@ -234,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if podresources is not None:
                 podresources.stop()
-            if server is not None:
+            for server in servers:
                 server.stop()
         finally:
             handler.close()
@@ -269,17 +275,24 @@ def plugin_metrics(snapshot: Callable[[], NodeSnapshot]) -> PluginMetrics:
     return PluginMetrics(snapshot)
 
 
-def report_server(address: str, stub: Stub, metrics: PluginMetrics, plugin: PodLevelPlugin) -> ReportServer:
-    """The HTTP endpoint: the probes (ready while registered and synchronized), `/metrics`, and the operator
-    views (`report.views`)."""
-    from podlevel.report.http import ReportServer, probes
+def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics | None,
+                   plugin: PodLevelPlugin) -> list[ReportServer]:
+    """The HTTP endpoints: the probes (ready while registered and synchronized) and `/metrics` on
+    `--metrics-address`, the operator views (`report.views`) on `--debug-address`; one server when both
+    name the same address."""
+    from podlevel.report.http import ReportServer, Route, probes
     from podlevel.report.metrics import metrics_route
     from podlevel.report.views import views
 
-    routes = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
-    routes["/metrics"] = metrics_route(metrics)
-    routes.update(views(lambda: plugin.snapshot, plugin.placement.decisions))
-    return ReportServer(address, routes)
+    public: dict[str, Route] = {}
+    if metrics is not None:
+        public = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
+        public["/metrics"] = metrics_route(metrics)
+    debug = views(lambda: plugin.snapshot, plugin.placement.decisions) if args.debug_address else {}
+    if args.debug_address == args.metrics_address:
+        return [ReportServer(args.debug_address, {**public, **debug})] if args.debug_address else []
+    return [ReportServer(address, routes) for address, routes in
+            ((args.metrics_address, public), (args.debug_address, debug)) if address]
 
 
 def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> PodResourcesServer:
