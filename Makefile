@@ -33,6 +33,7 @@ integration: setup
 
 vm: setup
 	hack/containerd-env fetch >/dev/null  # the guest has no network: tests/vm runs containerd from the cache
+	hack/image >/dev/null  # and imports the agent's image from the archive built here
 	hack/vm-run --numa-nodes 2 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 	hack/vm-run --numa-nodes 4 --cpus 8 --threads-per-core 2 --memory 4G -- $(PY) -m pytest -m vm tests/vm
 

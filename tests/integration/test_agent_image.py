@@ -14,11 +14,9 @@ Sized for the 2-CPU host, like test_agent (CPU 0 reserved, CPU 1 assignable).
 
 from __future__ import annotations
 
+import copy
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -28,21 +26,19 @@ import pytest
 from podlevel._proto.podresources import api_pb2 as podresources_pb
 from podlevel._proto.podresources import api_pb2_grpc as podresources_grpc
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
-from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
+from podlevel.state.store import CPU_STATE_FILE
 from support.demo_node import ALL, ASSIGNABLE, RESERVED, Applied, applied, demo_pod, quota_off, wait_applied
 from testbed import agent_image, cgroupfs, workload
 from testbed.agent_image import BuiltImage
+from testbed.agent_node import AGENT, READY_TIMEOUT_S, AgentNode
 from testbed.containerd import Containerd
-from testbed.cri import CRI, CRIError
+from testbed.cri import CRIError
 from testbed.kubelet import start_pod
-from testbed.manifests import Manifest, render
+from testbed.manifests import find, render
 from testbed.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_node_cpus")]
 
-READY_TIMEOUT_S: Final = 60.0
-LOG_TIMEOUT_S: Final = 15.0
-AGENT: Final = "nri-podlevel"
 UPGRADE_VERSION: Final = "0.1.1"
 
 
@@ -52,71 +48,17 @@ def image() -> BuiltImage:
     return agent_image.build()
 
 
-@dataclass
-class Node:
-    """A containerd with a pod network, the image in it, and the host directories the DaemonSet mounts."""
-
-    containerd: Containerd
-    cri: CRI
-    work: Path
-    objects: list[Manifest]
-
-    @property
-    def state_dir(self) -> Path:
-        return self.work / "state"
-
-    @property
-    def podresources_dir(self) -> Path:
-        return self.work / "podresources"
-
-    def host_paths(self) -> dict[str, Path]:
-        """The DaemonSet's hostPath volumes on this test bed: the runtime's NRI directory, the real sysfs and
-        cgroup mounts (pods' cgroups lie under the test bed's own root there), a private state directory and
-        PodResources directory."""
-        return {"/var/run/nri": self.containerd.nri_socket.parent, "/sys": Path("/sys"),
-                "/sys/fs/cgroup": cgroupfs.CGROUP_MOUNT, "/var/lib/nri-podlevel": self.state_dir,
-                "/run/nri-podlevel": self.podresources_dir}
-
-    def import_image(self, built: BuiltImage) -> None:
-        subprocess.run([*self.containerd.ctr_command(), "images", "import", str(built.archive)],
-                       check=True, capture_output=True, timeout=300)
-
-    def start_agent(self, built: BuiltImage) -> workload.RunningPod:
-        agent = workload.run(self.cri, self.objects, "DaemonSet", AGENT, image=built.reference,
-                             work=self.work, host_paths=self.host_paths())
-        wait_until(lambda: agent.probe("readinessProbe") == 200, READY_TIMEOUT_S,
-                   f"the agent's readiness probe on {agent.ip}")
-        return agent
-
-    def agent_log(self, agent: workload.RunningPod) -> list[str]:
-        """The agent container's log lines (CRI log files: `TIME STREAM TAG message`), messages only."""
-        lines = agent.log_path.read_text().splitlines()
-        return [line.split(" ", 3)[3] for line in lines if line.count(" ") >= 3]
-
-    def wait_logged(self, agent: workload.RunningPod, text: str) -> str:
-        def found() -> str | None:
-            return next((line for line in self.agent_log(agent) if text in line), None)
-        return wait_until(found, LOG_TIMEOUT_S, f"agent log line {text!r}")
-
-    def verify_checkpoints(self) -> None:
-        for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
-            done = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "checkpoint", "verify",
-                                   str(self.state_dir / name)],
-                                  capture_output=True, text=True, timeout=60, check=False)
-            assert done.returncode == 0, done.stdout + done.stderr
-
-
 @pytest.fixture
 def node(containerd_flavour: str, image: BuiltImage,
-         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentNode]:
     work = tmp_path_factory.mktemp("agent-image")
     with Containerd(containerd_flavour, work / "ctrd", pod_network=True) as ctrd, ctrd.cri() as cri:
-        node = Node(ctrd, cri, work, render("script-certs"))
+        node = AgentNode(ctrd, cri, work, render("script-certs"))
         node.import_image(image)
         yield node
 
 
-def test_the_daemonset_pod_places_the_demo_pods(node: Node, image: BuiltImage) -> None:
+def test_the_daemonset_pod_places_the_demo_pods(node: AgentNode, image: BuiltImage) -> None:
     agent = node.start_agent(image)
     assert agent.probe("livenessProbe") == 200
     # What the runtime was asked for and applied: the DaemonSet's security context, the agent as PID 1.
@@ -170,7 +112,7 @@ def test_the_daemonset_pod_places_the_demo_pods(node: Node, image: BuiltImage) -
     assert list(fast_listed.cpu_ids) == [int(ASSIGNABLE)]
 
 
-def test_a_rollout_stop_ends_the_agent_cleanly(node: Node, image: BuiltImage) -> None:
+def test_a_rollout_stop_ends_the_agent_cleanly(node: AgentNode, image: BuiltImage) -> None:
     """SIGTERM to PID 1, SIGKILL once the grace period runs out: it must exit 0 before that, with its last
     checkpoint written and its socket removed."""
     agent = node.start_agent(image)
@@ -187,7 +129,7 @@ def test_a_rollout_stop_ends_the_agent_cleanly(node: Node, image: BuiltImage) ->
     assert "stopped: last checkpoint written, sockets removed" in node.agent_log(agent)[-1]
 
 
-def test_upgrade_and_rollback_with_pods_running(node: Node, image: BuiltImage, tmp_path: Path) -> None:
+def test_upgrade_and_rollback_with_pods_running(node: AgentNode, image: BuiltImage, tmp_path: Path) -> None:
     """A (this tree) -> B (a version bump) -> A, each replaced as a DaemonSet rollout replaces its pod. The
     running pods stay where they are, the checkpoints verify at every step, and a pod created while no agent
     runs starts unplaced (on every CPU) and is moved into the node shared pool by the next agent's
@@ -215,3 +157,44 @@ def test_upgrade_and_rollback_with_pods_running(node: Node, image: BuiltImage, t
         node.verify_checkpoints()
         print(f"{version.reference}: replaced in a stop of {took:.2f} s; running pods kept, "
               f"the pod created meanwhile taken in at Synchronize")
+
+
+BROKEN = {
+    "read-only-state": ("state", "--state-dir", "Read-only file system"),
+    "no-cgroup-mount": ("cgroup", "--cgroup-root", "not a cgroup v2 root"),
+    "no-nri-directory": ("nri-socket", "--nri-socket", "no such directory"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN)
+def test_a_broken_mount_is_named_once_and_waited_on_not_crash_looped(node: AgentNode, image: BuiltImage,
+                                                                      case: str) -> None:
+    """The DaemonSet with one volume read-only or missing: the agent stays up, alive and not ready, its
+    readiness and one log line naming the path, the flag and the volume; the state directory is untouched."""
+    volume, flag, reason = BROKEN[case]
+    objects = copy.deepcopy(node.objects)
+    [daemonset] = find(objects, "DaemonSet", AGENT)
+    pod_spec = daemonset["spec"]["template"]["spec"]
+    mounts = pod_spec["containers"][0]["volumeMounts"]
+    [mount] = [m for m in mounts if m["name"] == volume]
+    if reason == "Read-only file system":
+        mount["readOnly"] = True
+    else:
+        mounts.remove(mount)
+        pod_spec["volumes"] = [v for v in pod_spec["volumes"] if v["name"] != volume]
+    node.state_dir.mkdir(parents=True, exist_ok=True)
+    (node.state_dir / CPU_STATE_FILE).write_text("left by an earlier agent\n")
+
+    agent = workload.run(node.cri, objects, "DaemonSet", AGENT, image=image.reference, work=node.work,
+                         host_paths=node.host_paths())
+
+    status, body = wait_until(lambda: (got := agent.get("metrics", "/readyz"))[0] and got, READY_TIMEOUT_S,
+                              "the agent's readiness answer")
+    assert status == 503 and flag in body and f"volume {volume!r}" in body and reason in body, body
+    assert agent.probe("livenessProbe") == 200, "alive: no restart would fix a mount"
+    said = [line for line in node.agent_log(agent) if "cannot start:" in line]
+    assert len(said) == 1 and flag in said[0] and f"volume {volume!r}" in said[0], said
+    assert node.cri.container_status(agent.container_id).state == "CONTAINER_RUNNING"
+    assert sorted(p.name for p in node.state_dir.iterdir()) == [CPU_STATE_FILE]
+    assert (node.state_dir / CPU_STATE_FILE).read_text() == "left by an earlier agent\n"
+    assert workload.stop(node.cri, agent)[1] == 0

@@ -57,6 +57,16 @@ def build(checkout: Path = CHECKOUT, *, out: Path | None = None) -> BuiltImage:
     return BuiltImage(Path(lines[-1]), image_id, f"nri-podlevel:{version(checkout)}")
 
 
+def prebuilt() -> BuiltImage:
+    """The archive hack/image left for this checkout's version, for a guest that cannot build (no network);
+    `make vm` builds it first."""
+    reference = f"nri-podlevel:{version()}"
+    archive = image_archive(reference)
+    if not archive.is_file():
+        raise ImageBuildError(f"{archive} is missing: build it on the host first (hack/image; make vm does)")
+    return BuiltImage(archive, "", reference)
+
+
 def copy_with_version(destination: Path, new_version: str) -> Path:
     """This checkout's product files (what hack/image reads) with pyproject's version replaced: the image of
     a version bump, for upgrade tests. The copy shares this checkout's virtualenv and image cache."""

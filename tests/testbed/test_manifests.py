@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from podlevel.cli.main import build_parser
+from podlevel.cli.mounts import MOUNTS
 from podlevel.cli.run import resolve
 from testbed.kind import check_cluster_config, webhook_certificate
 from testbed.manifests import (
@@ -208,3 +209,17 @@ def test_containerfile() -> None:
     version = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["version"]
     kustomization = yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())
     assert kustomization["images"] == [{"name": "nri-podlevel", "newTag": version}]
+
+
+def test_the_agents_node_paths_are_named_by_the_daemonsets_volumes() -> None:
+    """`run --on-missing-mount=wait` names the DaemonSet volume of a missing path (`cli.mounts.MOUNTS`):
+    every flag there is set in the DaemonSet to a path inside the volume it names."""
+    [daemonset] = find(render("script-certs"), "DaemonSet", "nri-podlevel")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    flags = dict(arg.split("=", 1) for arg in container["args"] if arg.startswith("--") and "=" in arg)
+    assert flags["--on-missing-mount"] == "wait"
+    mounted = {m["name"]: Path(m["mountPath"]) for m in container["volumeMounts"]}
+    for mount in MOUNTS:
+        path = Path(flags[mount.flag])
+        inside = path.parent if mount.directory_of else path
+        assert inside == mounted[mount.volume] or mounted[mount.volume] in inside.parents, mount

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from vm_support import CGROUP_ROOT, GuestShape, read
+from vm_support import GuestShape, in_force, node_cpus, read
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
@@ -68,22 +68,6 @@ def pod(name: str) -> Pod:
     """One of PODS under a fresh uid, so its pod cgroup is its own."""
     [found] = [p for p in load_pods(PODS) if p.name == name]
     return replace(found, uid=str(uuid.uuid4()))
-
-
-def node_cpus(guest: GuestShape) -> dict[int, CPUSet]:
-    return {
-        node: CPUSet.parse(read(Path(f"/sys/devices/system/node/node{node}/cpulist")))
-        for node in range(guest.numa_nodes)
-    }
-
-
-def in_force(cri: CRI, container_id: str) -> tuple[CPUSet, str, str]:
-    """(effective cpus, effective mems, cpu.max quota) of a running container, as the kernel has them."""
-    info = cri.container_status(container_id)
-    values = cgroupfs.read_cgroup(info.cgroups_path)
-    assert CPUSet.parse(cgroupfs.cpus_allowed_list(info.pid)) == CPUSet.parse(values.effective_cpus)
-    quota = read(CGROUP_ROOT / info.cgroups_path.lstrip("/") / "cpu.max").split()[0]
-    return CPUSet.parse(values.effective_cpus), values.effective_mems, quota
 
 
 @pytest.fixture

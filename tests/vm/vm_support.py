@@ -1,4 +1,5 @@
-"""What the guest-only tests share: the guest's shape, cgroup file helpers and a cgroup member process."""
+"""What the guest-only tests share: the guest's shape, cgroup file helpers, a cgroup member process, and what
+the kernel enforces on a container."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from podlevel.engine.cpuset import CPUSet
+from testbed import cgroupfs
+from testbed.cri import CRI
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = "+cpuset +cpu +memory"
@@ -116,3 +121,17 @@ for line in sys.stdin:
         return self.proc.wait(timeout=60)
 
 
+def node_cpus(guest: GuestShape) -> dict[int, CPUSet]:
+    return {
+        node: CPUSet.parse(read(Path(f"/sys/devices/system/node/node{node}/cpulist")))
+        for node in range(guest.numa_nodes)
+    }
+
+
+def in_force(cri: CRI, container_id: str) -> tuple[CPUSet, str, str]:
+    """(effective cpus, effective mems, cpu.max quota) of a running container, as the kernel has them."""
+    info = cri.container_status(container_id)
+    values = cgroupfs.read_cgroup(info.cgroups_path)
+    assert CPUSet.parse(cgroupfs.cpus_allowed_list(info.pid)) == CPUSet.parse(values.effective_cpus)
+    quota = read(CGROUP_ROOT / info.cgroups_path.lstrip("/") / "cpu.max").split()[0]
+    return CPUSet.parse(values.effective_cpus), values.effective_mems, quota

@@ -31,6 +31,7 @@ from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.config_file import NO_FILE, read_config
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
+from podlevel.cli.mounts import problems as mount_problems
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown
@@ -76,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open the PodResources socket to this group too (mode 0660)")
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
+    parser.add_argument("--on-missing-mount", default="exit", choices=["exit", "wait"],
+                        help="when a node path is missing or read-only: exit 2 (%(default)s), or stay up, "
+                             "alive and not ready, its probes saying which (the DaemonSet: no crash loop)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", default="auto", choices=LOG_FORMATS,
                         help="log layout on stderr (%(default)s: console on a terminal, else JSON lines)")
@@ -196,6 +200,9 @@ def run(args: argparse.Namespace) -> int:
     restrict_umask()
     for notice in args.notices:
         logging.getLogger("podlevel.cli").warning("%s", notice)
+    launched = "NRI_PLUGIN_SOCKET" in os.environ
+    if missing := list(mount_problems(args, launched=launched)):
+        return wait_unready(args, "; ".join(missing))
     try:
         topology = read_topology(args.sysfs_root)
         engine = Engine(topology, engine_config(args, topology))
@@ -209,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
             pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
             observer=observer,
         )
-        if "NRI_PLUGIN_SOCKET" in os.environ:
+        if launched:
             stub = Stub.from_environment(handler, observer=metrics)
             check_launched_socket(stub.socket_fd)
         else:
@@ -246,6 +253,27 @@ def run(args: argparse.Namespace) -> int:
             handler.close()
     # The line a rollout's log ends with: nothing was left for a SIGKILL to lose.
     logging.getLogger("podlevel.agent").info("stopped: last checkpoint written, sockets removed")
+    return 0
+
+
+def wait_unready(args: argparse.Namespace, problem: str) -> int:
+    """A node path the agent needs is missing or read-only (`cli.mounts`): say so once; with
+    `--on-missing-mount=wait` answer the probes (alive, not ready: `problem`) and wait for the stop rather
+    than exit into a crash loop, else (or without a probe endpoint to say it) exit 2."""
+    if args.on_missing_mount == "exit" or not args.metrics_address:
+        print(f"nri-podlevel run: bad configuration: {problem}", file=sys.stderr)
+        return 2
+    logging.getLogger("podlevel.agent").error("cannot start: %s", problem)
+    from podlevel.report.http import ReportServer, probes
+
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    server = ReportServer(args.metrics_address, probes(lambda: problem))
+    server.start()
+    try:
+        signal.sigwait(stops)
+    finally:
+        server.stop()
     return 0
 
 

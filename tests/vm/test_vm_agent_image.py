@@ -1,0 +1,66 @@
+"""The agent as its DaemonSet runs it, in the cgroup v2 guest: the image (built on the host by hack/image) in
+the guest's containerd, the rendered DaemonSet's pod started as a kubelet starts it (testbed.agent_node).
+
+On cgroup v2 the runtime gives every container a cgroup namespace of its own: the agent sees its own cgroup
+as `/` in /proc/self/cgroup, while the bind mount of the node's /sys/fs/cgroup at /host/cgroup still shows
+the whole tree, so it writes the pod cgroups there, from inside the container, as uid 0 with no
+capabilities (owning the files is enough). What a pod-level pod gets is read from the kernel: the pod
+cgroup's cpuset, memory node and quota, its containers' cpusets, and the agent's own log lines saying it
+wrote them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+from test_vm_podlevel import pod
+from vm_support import GuestShape, in_force, node_cpus
+
+from podlevel.engine.cpuset import CPUSet
+from testbed import agent_image, cgroupfs
+from testbed.agent_node import AgentNode
+from testbed.containerd import Containerd
+from testbed.kubelet import start_pod
+from testbed.manifests import render
+
+pytestmark = pytest.mark.vm
+
+BASE: Final = Path("/run/nri-podlevel-vm-agent")
+
+
+@pytest.fixture
+def node(guest: GuestShape) -> Iterator[AgentNode]:
+    with Containerd("2", BASE / "ctrd", pod_network=True) as ctrd, ctrd.cri() as cri:
+        node = AgentNode(ctrd, cri, BASE, render("script-certs"))
+        node.import_image(agent_image.prebuilt())
+        yield node
+
+
+def test_the_agent_container_writes_the_pod_cgroup_from_its_own_cgroup_namespace(
+        node: AgentNode, guest: GuestShape) -> None:
+    agent = node.start_agent(agent_image.prebuilt())
+    pid = node.cri.container_status(agent.container_id).pid
+    assert os.readlink(f"/proc/{pid}/ns/cgroup") != os.readlink("/proc/self/ns/cgroup")
+    assert Path(f"/proc/{pid}/cgroup").read_text().strip() == "0::/", "its own cgroup is its namespace's root"
+
+    fast_pod = pod("fast-path")
+    fast = start_pod(node.cri, fast_pod).containers
+    app_cpus, app_mems, app_quota = in_force(node.cri, fast["main-app"])
+    log_cpus, _, _ = in_force(node.cri, fast["logger"])
+    bubble = app_cpus | log_cpus
+    [home] = [number for number, cpus in node_cpus(guest).items() if bubble.is_subset(cpus)]
+    assert (len(bubble), app_mems, app_quota) == (2, str(home), "max")
+
+    parent = node.containerd.pod_cgroup_parent(fast_pod.uid)
+    pod_cgroup = cgroupfs.read_cgroup(parent)
+    assert (CPUSet.parse(pod_cgroup.cpus), pod_cgroup.mems) == (bubble, str(home)), "written by the agent"
+    assert pod_cgroup.cpu_quota_us is None
+    written = node.wait_logged(agent, f"pod cgroup {parent}: cpus={bubble} mems={home} quota=off")
+    print(f"agent container log (guest, {guest.numa_nodes} NUMA nodes): {written}")
+    check = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "check", "--cgroup-root", "/host/cgroup",
+                                                    "--state-dir", "/var/lib/nri-podlevel"], timeout_s=30)
+    assert check.exit_code == 0, check.stdout + check.stderr
