@@ -81,7 +81,7 @@ from google.protobuf.message import Message
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.cli.logs import configure_logging
-from podlevel.cli.run import plugin_metrics, report_server
+from podlevel.cli.run import plugin_metrics, report_servers
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
@@ -290,10 +290,13 @@ def plugin_process(state_dir: str, spec: str) -> int:
     metrics = plugin_metrics(lambda: handler.snapshot)
     handler = TimedPlugin(Placement(bench_engine(spec)), StateDir(Path(state_dir)), metrics)
     stub = Stub.from_environment(handler, observer=metrics)
-    server = report_server("127.0.0.1:0", stub, metrics, handler)
+    # Every endpoint `run` serves, probes, metrics and the operator views, on two free loopback ports.
+    addresses = argparse.Namespace(metrics_address="127.0.0.1:0", debug_address="localhost:0")
+    servers = report_servers(addresses, stub, metrics, handler)
     podresources = PodResourcesServer(Path(state_dir) / "report" / "pod-resources.sock",
                                       lambda: handler.snapshot)
-    server.start()
+    for server in servers:
+        server.start()
     podresources.start()
     profile_dir = os.environ.get(PROFILE_PLUGIN_ENV)
     if profile_dir:
@@ -304,7 +307,8 @@ def plugin_process(state_dir: str, spec: str) -> int:
         stub.run()
     handler.close()
     podresources.stop()
-    server.stop()
+    for server in servers:
+        server.stop()
     if profiler is not None:
         profiler.dump_stats(Path(str(profile_dir), f"plugin-{os.getpid()}.prof"))
     json.dump(
