@@ -16,30 +16,46 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import grpc
 import pytest
+import yaml
 
 from podlevel._proto.podresources import api_pb2 as podresources_pb
 from podlevel._proto.podresources import api_pb2_grpc as podresources_grpc
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
+from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.state.store import CPU_STATE_FILE
-from support.demo_node import ALL, ASSIGNABLE, RESERVED, Applied, applied, demo_pod, quota_off, wait_applied
+from support.demo_node import (
+    ALL,
+    ASSIGNABLE,
+    PODS,
+    RESERVED,
+    Applied,
+    applied,
+    demo_pod,
+    quota_off,
+    wait_applied,
+)
 from testbed import agent_image, cgroupfs, workload
 from testbed.agent_image import BuiltImage
 from testbed.agent_node import AGENT, READY_TIMEOUT_S, AgentNode
+from testbed.apiserver import RemoteWebhook, create_pod
 from testbed.containerd import Containerd
 from testbed.cri import CRIError
 from testbed.kubelet import start_pod
-from testbed.manifests import find, render
+from testbed.manifests import CHECKOUT, find, render
 from testbed.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_node_cpus")]
 
 UPGRADE_VERSION: Final = "0.1.1"
+WEBHOOK: Final = "nri-podlevel-webhook"
+WEBHOOK_SECRET: Final = "nri-podlevel-webhook-tls"
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +76,7 @@ def node(containerd_flavour: str, image: BuiltImage,
 
 def test_the_daemonset_pod_places_the_demo_pods(node: AgentNode, image: BuiltImage) -> None:
     agent = node.start_agent(image)
-    assert agent.probe("livenessProbe") == 200
+    assert agent.probe("livenessProbe")
     # What the runtime was asked for and applied: the DaemonSet's security context, the agent as PID 1.
     spec = node.cri.container_status(agent.container_id).spec
     process = spec["process"]
@@ -191,10 +207,35 @@ def test_a_broken_mount_is_named_once_and_waited_on_not_crash_looped(node: Agent
     status, body = wait_until(lambda: (got := agent.get("metrics", "/readyz"))[0] and got, READY_TIMEOUT_S,
                               "the agent's readiness answer")
     assert status == 503 and flag in body and f"volume {volume!r}" in body and reason in body, body
-    assert agent.probe("livenessProbe") == 200, "alive: no restart would fix a mount"
+    assert agent.probe("livenessProbe"), "alive: no restart would fix a mount"
     said = [line for line in node.agent_log(agent) if "cannot start:" in line]
     assert len(said) == 1 and flag in said[0] and f"volume {volume!r}" in said[0], said
     assert node.cri.container_status(agent.container_id).state == "CONTAINER_RUNNING"
     assert sorted(p.name for p in node.state_dir.iterdir()) == [CPU_STATE_FILE]
     assert (node.state_dir / CPU_STATE_FILE).read_text() == "left by an earlier agent\n"
     assert workload.stop(node.cri, agent)[1] == 0
+
+
+def test_the_webhook_deployment_annotates_pods_over_tls_and_drains_on_stop(node: AgentNode, image: BuiltImage,
+                                                                            tmp_path: Path) -> None:
+    """The webhook from the same image as its Deployment runs it (uid 65532, no capabilities, read-only root),
+    with the certificate and key hack/webhook-certs makes, projected as its Secret would be: the stand-in API
+    server's pods go through it over TLS and arrive annotated; a stop ends it with status 0."""
+    certificates = tmp_path / "certs"
+    subprocess.run([str(CHECKOUT / "hack" / "webhook-certs"), "--output", str(certificates)], check=True,
+                   capture_output=True, timeout=120)
+    webhook = workload.run(node.cri, node.objects, "Deployment", WEBHOOK, image=image.reference,
+                           work=node.work, host_paths={}, secret_dirs={WEBHOOK_SECRET: certificates})
+    wait_until(lambda: webhook.probe("readinessProbe"), READY_TIMEOUT_S, f"the webhook on {webhook.ip}")
+    process = node.cri.container_status(webhook.container_id).spec["process"]
+    assert (process["user"]["uid"], process["user"]["gid"]) == (65532, 65532)
+    endpoint = RemoteWebhook((webhook.ip, webhook.port("https")), certificates / "ca.crt")
+
+    [fast_path] = [d for d in yaml.safe_load_all(PODS.read_text()) if d["metadata"]["name"] == "fast-path"]
+    create_pod(node.cri, endpoint, fast_path)
+
+    shapes = {p.name: p.annotations.get(SHAPE_ANNOTATION) for p in node.cri.list_pods()}
+    assert shapes["fast-path"] == to_annotation(demo_pod("fast-path"))
+    took, exit_code = workload.stop(node.cri, webhook)
+    print(f"webhook stop: {took:.2f} s, exit code {exit_code}")
+    assert exit_code == 0

@@ -39,29 +39,17 @@ _NOT_READY_TOLERATIONS: Final = [
 ]
 
 
-class WebhookProcess(LoggedProcess):
-    """`nri-podlevel webhook` on a free loopback port, with a serving certificate from a throw-away CA
-    (`ca`) in `directory`; `ca.issue(...)` again rotates it on disk."""
+class WebhookEndpoint:
+    """How the API server reaches the webhook: HTTPS to `address`, trusting `ca_file` (the configuration's
+    `caBundle`)."""
 
-    def __init__(self, directory: Path, *, prefix: str = "  webhook | ", echo: bool = True,
-                 extra: tuple[str, ...] = ()) -> None:
-        self.ca = TestCA(directory)
-        self.serving = self.ca.issue(SERVICE_NAME)
-        self.address = ("127.0.0.1", free_port())
-        command = [
-            sys.executable, "-m", "podlevel.cli.main", "webhook", "--address", f"127.0.0.1:{self.address[1]}",
-            "--tls-cert-file", str(self.serving.cert_file),
-            "--tls-private-key-file", str(self.serving.key_file), "--log-format", "json", *extra,
-        ]
-        super().__init__(command, name="nri-podlevel webhook", prefix=prefix, echo=echo)
-
-    def wait_serving(self, timeout: float = START_TIMEOUT_S) -> str:
-        return self.wait_for_line(SERVING, timeout)
+    address: tuple[str, int]
+    ca_file: Path
 
     def client_context(self) -> ssl.SSLContext:
         """What the API server does with the configuration's `caBundle`: trust the CA, check the name."""
-        context = ssl.create_default_context(cafile=str(self.ca.ca_file))
-        context.check_hostname = False  # the certificate names the Service; the test reaches 127.0.0.1
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.check_hostname = False  # the certificate names the Service; the test reaches an address
         return context
 
     def post(self, body: bytes, *, path: str = "/mutate", headers: dict[str, str] | None = None) -> bytes:
@@ -87,6 +75,35 @@ class WebhookProcess(LoggedProcess):
         response: dict[str, Any] = answer["response"]
         assert response["uid"] == request["uid"] and response["allowed"] is True
         return response
+
+
+class RemoteWebhook(WebhookEndpoint):
+    """A webhook served elsewhere (its container in the test bed), reached at `address`."""
+
+    def __init__(self, address: tuple[str, int], ca_file: Path) -> None:
+        self.address = address
+        self.ca_file = ca_file
+
+
+class WebhookProcess(WebhookEndpoint, LoggedProcess):
+    """`nri-podlevel webhook` on a free loopback port, with a serving certificate from a throw-away CA
+    (`ca`) in `directory`; `ca.issue(...)` again rotates it on disk."""
+
+    def __init__(self, directory: Path, *, prefix: str = "  webhook | ", echo: bool = True,
+                 extra: tuple[str, ...] = ()) -> None:
+        self.ca = TestCA(directory)
+        self.serving = self.ca.issue(SERVICE_NAME)
+        self.address = ("127.0.0.1", free_port())
+        self.ca_file = self.ca.ca_file
+        command = [
+            sys.executable, "-m", "podlevel.cli.main", "webhook", "--address", f"127.0.0.1:{self.address[1]}",
+            "--tls-cert-file", str(self.serving.cert_file),
+            "--tls-private-key-file", str(self.serving.key_file), "--log-format", "json", *extra,
+        ]
+        super().__init__(command, name="nri-podlevel webhook", prefix=prefix, echo=echo)
+
+    def wait_serving(self, timeout: float = START_TIMEOUT_S) -> str:
+        return self.wait_for_line(SERVING, timeout)
 
 
 def with_api_defaults(manifest: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
@@ -155,7 +172,7 @@ def create_request(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def admit(webhook: WebhookProcess, manifest: dict[str, Any]) -> dict[str, Any]:
+def admit(webhook: WebhookEndpoint, manifest: dict[str, Any]) -> dict[str, Any]:
     """The Pod as the API server stores it: defaults, the webhook's patch, then name and uid."""
     pod = with_api_defaults(manifest)
     response = webhook.review(create_request(pod))
@@ -170,7 +187,7 @@ def admit(webhook: WebhookProcess, manifest: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def create_pod(cri: CRI, webhook: WebhookProcess, manifest: dict[str, Any]) -> StartedPod:
+def create_pod(cri: CRI, webhook: WebhookEndpoint, manifest: dict[str, Any]) -> StartedPod:
     """Admit `manifest` through the webhook and start it on the node with the annotations it was stored
     with, as the kubelet would."""
     stored = admit(webhook, manifest)

@@ -51,10 +51,11 @@ from testbed import CHECKOUT
 CACHE = CHECKOUT / ".cache/vm"
 GUEST_INIT = CHECKOUT / "hack/vm-init"
 READY = b"vm-run: guest ready "
-# What the guest loads before it can mount its root: virtio PCI transport, 9p over virtio, overlayfs.
-# Their own dependencies are found in the modules' .modinfo (the .deb ships no modules.dep).
-GUEST_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
-MODULE_DIRS = ("drivers/virtio", "net/9p", "fs/9p", "fs/netfs", "fs/fscache", "fs/overlayfs")
+# What the guest loads before it can mount its root: virtio PCI transport, 9p over virtio, overlayfs; and
+# veth, for the pods' network namespaces (the CNI ptp plugin). Their own dependencies are found in the
+# modules' .modinfo (the .deb ships no modules.dep).
+GUEST_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay", "veth")
+MODULE_DIRS = ("drivers/virtio", "net/9p", "fs/9p", "fs/netfs", "fs/fscache", "fs/overlayfs", "drivers/net")
 KERNEL_ARGS = "console=ttyS1 quiet loglevel=3 panic=-1 cgroup_no_v1=all mitigations=off"
 STOP_GRACE_S = 5.0
 # A TCG guest is ready in 4-9 s on this kind of machine, 20-30 s when the host is loaded. Rarely a guest
@@ -170,11 +171,13 @@ def kernel_package() -> str:
 def ensure_kernel() -> Path:
     """The unpacked kernel tree: `.cache/vm/<package>/{boot,lib/modules}`, fetched once."""
     current = CACHE / "current"
-    if (current / ".done").exists():
+    wanted = " ".join(MODULE_DIRS)  # a tree unpacked for other module directories is unpacked again
+    if (current / ".done").exists() and (current / ".done").read_text() == wanted:
         return current.resolve()
     package = kernel_package()
     root = CACHE / package
-    if not (root / ".done").exists():
+    done = root / ".done"
+    if not done.exists() or done.read_text() != wanted:
         log(f"fetching {package} (about 70 MB, once) into {root}")
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
@@ -192,7 +195,7 @@ def ensure_kernel() -> Path:
                 subprocess.run(tar_x, stdin=deb_tar.stdout, check=True, timeout=600)
             if deb_tar.returncode:
                 raise UsageError(f"dpkg-deb could not read {deb.name}")
-        (root / ".done").touch()
+        done.write_text(wanted)
     current.unlink(missing_ok=True)
     current.symlink_to(package)
     return root

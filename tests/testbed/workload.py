@@ -13,6 +13,8 @@ stop with the pod's `terminationGracePeriodSeconds` (SIGTERM, then SIGKILL when 
 from __future__ import annotations
 
 import http.client
+import shutil
+import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -67,18 +69,19 @@ class RunningPod:
                 return int(port["containerPort"])
         raise WorkloadError(f"{self.name}: no container port named {name_or_number!r}")
 
-    def probe(self, kind: str) -> int:
-        """The status code of the container's `kind` probe (livenessProbe, readinessProbe), as the kubelet
-        gets it: an HTTP GET on the pod's address; 0 when nothing answers."""
-        action = self.container[kind]["httpGet"]
-        connection = http.client.HTTPConnection(self.ip, self.port(action["port"]), timeout=PROBE_TIMEOUT_S)
-        try:
-            connection.request("GET", action["path"])
-            return connection.getresponse().status
-        except OSError:
-            return 0
-        finally:
-            connection.close()
+    def probe(self, kind: str) -> bool:
+        """Whether the container's `kind` probe (livenessProbe, readinessProbe) succeeds, as the kubelet
+        runs it on the pod's address: an HTTP GET answered 200-399, or a TCP connection accepted."""
+        probe = self.container[kind]
+        if "tcpSocket" in probe:
+            address = (self.ip, self.port(probe["tcpSocket"]["port"]))
+            try:
+                socket.create_connection(address, PROBE_TIMEOUT_S).close()
+            except OSError:
+                return False
+            return True
+        status, _ = self.get(probe["httpGet"]["port"], probe["httpGet"]["path"])
+        return 200 <= status < 400
 
     def get(self, port: str | int, path: str) -> tuple[int, str]:
         """GET `path` on the pod's address: status and body (0 and the error when nothing answers)."""
@@ -165,7 +168,12 @@ def _volume_dirs(objects: list[Manifest], spec: Manifest, work: Path,
                 (directory / key).write_text(text)
             dirs[volume["name"]] = directory
         elif "secret" in volume and volume["secret"]["secretName"] in secret_dirs:
-            dirs[volume["name"]] = secret_dirs[volume["secret"]["secretName"]]
+            # Projected as the kubelet does: files of mode `defaultMode` (0644 unless set), owned by root.
+            directory = work / "volumes" / volume["name"]
+            shutil.copytree(secret_dirs[volume["secret"]["secretName"]], directory, dirs_exist_ok=True)
+            for file in directory.iterdir():
+                file.chmod(volume["secret"].get("defaultMode", 0o644))
+            dirs[volume["name"]] = directory
     return dirs
 
 
@@ -203,6 +211,8 @@ def _security(spec: Manifest, container: Manifest, host_network: bool) -> pb.Lin
                                              ipc=pb.POD))
     if "runAsUser" in context:
         security.run_as_user.value = int(context["runAsUser"])
+    if "runAsGroup" in context:
+        security.run_as_group.value = int(context["runAsGroup"])
     security.capabilities.drop_capabilities.extend(context.get("capabilities", {}).get("drop", []))
     security.capabilities.add_capabilities.extend(context.get("capabilities", {}).get("add", []))
     profile = context.get("seccompProfile", {}).get("type")

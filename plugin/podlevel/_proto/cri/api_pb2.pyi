@@ -405,12 +405,13 @@ class SecurityProfile(_message.Message):
     def __init__(self, profile_type: _Optional[_Union[SecurityProfile.ProfileType, str]] = ..., localhost_ref: _Optional[str] = ...) -> None: ...
 
 class LinuxContainerSecurityContext(_message.Message):
-    __slots__ = ("capabilities", "privileged", "namespace_options", "run_as_user", "readonly_rootfs", "no_new_privs", "seccomp")
+    __slots__ = ("capabilities", "privileged", "namespace_options", "run_as_user", "readonly_rootfs", "run_as_group", "no_new_privs", "seccomp")
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_USER_FIELD_NUMBER: _ClassVar[int]
     READONLY_ROOTFS_FIELD_NUMBER: _ClassVar[int]
+    RUN_AS_GROUP_FIELD_NUMBER: _ClassVar[int]
     NO_NEW_PRIVS_FIELD_NUMBER: _ClassVar[int]
     SECCOMP_FIELD_NUMBER: _ClassVar[int]
     capabilities: Capability
@@ -418,9 +419,10 @@ class LinuxContainerSecurityContext(_message.Message):
     namespace_options: NamespaceOption
     run_as_user: Int64Value
     readonly_rootfs: bool
+    run_as_group: Int64Value
     no_new_privs: bool
     seccomp: SecurityProfile
-    def __init__(self, capabilities: _Optional[_Union[Capability, _Mapping]] = ..., privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., run_as_user: _Optional[_Union[Int64Value, _Mapping]] = ..., readonly_rootfs: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[_Union[SecurityProfile, _Mapping]] = ...) -> None: ...
+    def __init__(self, capabilities: _Optional[_Union[Capability, _Mapping]] = ..., privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., run_as_user: _Optional[_Union[Int64Value, _Mapping]] = ..., readonly_rootfs: _Optional[bool] = ..., run_as_group: _Optional[_Union[Int64Value, _Mapping]] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[_Union[SecurityProfile, _Mapping]] = ...) -> None: ...
 
 class LinuxContainerConfig(_message.Message):
     __slots__ = ("resources", "security_context")
