@@ -49,7 +49,8 @@ def test_the_agent_container_writes_the_pod_cgroup_from_its_own_cgroup_namespace
     agent = node.start_agent(agent_image.prebuilt())
     pid = node.cri.container_status(agent.container_id).pid
     assert os.readlink(f"/proc/{pid}/ns/cgroup") != os.readlink("/proc/self/ns/cgroup")
-    assert Path(f"/proc/{pid}/cgroup").read_text().strip() == "0::/", "its own cgroup is its namespace's root"
+    own_view = node.cri.exec_sync(agent.container_id, ["cat", "/proc/1/cgroup"]).stdout.strip()
+    assert own_view == "0::/", "inside, its own cgroup is its namespace's root"
 
     fast_pod = pod("fast-path")
     fast = start_pod(node.cri, fast_pod).containers
