@@ -28,7 +28,10 @@ Invariants kept here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
+import functools
+import inspect
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
@@ -104,6 +107,21 @@ class _Continued:
                     waiting = coro.send(sent)
                 except StopIteration as done:
                     return done.value
+
+
+def _expire(future: asyncio.Future[Response]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
+def _settle(coro: Coroutine[Any, Any, None], context: contextvars.Context, _: asyncio.Task[None]) -> None:
+    """A handler's continuation cancelled before its first step never resumed the handler: give it the
+    cancellation there, so its `except`/`finally` run as they would in a task cancelled while waiting."""
+    if inspect.getcoroutinestate(coro) != inspect.CORO_SUSPENDED:
+        return
+    with contextlib.suppress(StopIteration, asyncio.CancelledError):
+        context.run(coro.throw, asyncio.CancelledError())
+        coro.close()  # it waited again while cancelled: nothing will resume it
 
 
 class Transport(asyncio.BufferedProtocol):
@@ -185,14 +203,17 @@ class Transport(asyncio.BufferedProtocol):
             raise RpcError(Code.RESOURCE_EXHAUSTED, f"{service}/{method} request: {exc}") from exc
         future: asyncio.Future[Response] = self._loop.create_future()
         self._pending[request.stream_id] = future
+        # A timer on the answer's future, not `asyncio.timeout`: a handler calls from the socket's callback,
+        # with no task, until it first waits (`_serve`).
+        deadline = self._loop.call_later(timeout, _expire, future)
         sent = False
         try:
-            async with asyncio.timeout(timeout):
-                self._write(data)
-                if self._writable is not None:
-                    await asyncio.shield(self._writable)
-                sent = True
-                response = await future
+            self._write(data)
+            writable = self._writable
+            if writable is not None:
+                await asyncio.wait((writable, future), return_when=asyncio.FIRST_COMPLETED)
+            sent = writable is None or writable.done()
+            response = await future
         except TimeoutError:
             # A write cut short leaves the rest of the message queued in the socket's transport, so framing
             # stays intact.
@@ -201,6 +222,7 @@ class Transport(asyncio.BufferedProtocol):
                 Code.DEADLINE_EXCEEDED, f"{service}/{method}: {what} within {timeout:g} s"
             ) from None
         finally:
+            deadline.cancel()
             self._pending.pop(request.stream_id, None)
         if response.code != Code.OK:
             raise RpcError(response.code, response.message)
@@ -314,6 +336,7 @@ class Transport(asyncio.BufferedProtocol):
         task = self._loop.create_task(self._finish(coro, waiting), context=context)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        task.add_done_callback(functools.partial(_settle, coro, context))
 
     @staticmethod
     async def _finish(coro: Coroutine[Any, Any, None], waiting: Any) -> None:

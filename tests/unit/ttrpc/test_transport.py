@@ -417,3 +417,53 @@ def test_handlers_that_wait_go_on_each_in_its_own_context() -> None:
         peer.close()
 
     run(main())
+
+
+def test_a_handler_may_call_the_peer_before_its_first_wait() -> None:
+    """A handler runs in the socket's callback until it first waits, with no task of its own: a call to the
+    runtime made there must work as it does from a task (no `asyncio.timeout`, which needs one)."""
+    async def main() -> None:
+        transport: Transport | None = None
+
+        async def calling_back(request: Request) -> bytes:
+            assert transport is not None and asyncio.current_task() is None
+            return await transport.call(RUNTIME, "Update", request.payload, timeout=5)
+
+        plugin, runtime = await transports({(PLUGIN, "M"): calling_back}, {(RUNTIME, "Update"): echo(b"ok:")})
+        transport = plugin
+        assert await runtime.call(PLUGIN, "M", b"x", timeout=5) == b"ok:x"
+        plugin.close("done")
+        await runtime.wait_closed()
+
+    run(main())
+
+
+def test_a_continuation_cancelled_before_its_first_step_runs_the_handlers_finally() -> None:
+    """Two requests in one read: the first handler waits (its continuation is scheduled, not yet run), the
+    second closes the connection, which cancels that continuation before its first step. The first
+    handler's `finally` (releasing what it holds) must still run, as for a task cancelled while waiting."""
+    async def main() -> None:
+        released: list[str] = []
+        transport: Transport | None = None
+
+        async def holding(request: Request) -> bytes:
+            try:
+                await asyncio.get_running_loop().create_future()
+                return b""
+            finally:
+                released.append("released")
+
+        async def closing(request: Request) -> bytes:
+            assert transport is not None
+            transport.close("closed under the waiting handler")
+            return b""
+
+        peer, transport = await peer_and_transport({(PLUGIN, "Hold"): holding, (PLUGIN, "Close"): closing})
+        frames = Connection(Role.RUNTIME)
+        hold, close = Request(1, PLUGIN, "Hold"), Request(3, PLUGIN, "Close")
+        await peer.send_raw(frames.encode(hold) + frames.encode(close))
+        assert await transport.wait_closed() == "closed under the waiting handler"
+        assert released == ["released"]
+        peer.close()
+
+    run(main())
