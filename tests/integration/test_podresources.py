@@ -188,7 +188,7 @@ def test_pod_shared_pool_by_the_consumers_formula_is_what_the_cgroups_hold(
     assert upstream["list"] == as_upstream_reads_it
     assert upstream["get"]["default/pooled"] == {"pod_resources": as_upstream_reads_it["pod_resources"][0]}
     assert upstream["get"]["kube-system/ghost"] == {
-        "code": "NOT_FOUND", "details": "pod ghost in namespace kube-system not found"}
+        "code": "UNKNOWN", "details": "pod ghost in namespace kube-system not found"}
     assert upstream["allocatable"] == {
         "cpu_ids": ["1"],
         "memory": [{"memory_type": "memory", "size": str(node0_allocatable_memory()),

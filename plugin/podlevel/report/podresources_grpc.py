@@ -30,8 +30,10 @@ class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
     ) -> pb.GetPodResourcesResponse:
         found = find_pod(self._snapshot(), request.pod_namespace, request.pod_name)
         if found is None:
+            # The kubelet's server_v1.go returns a plain error here, which gRPC sends as Unknown with its
+            # text; clients match on both.
             context.abort(
-                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.UNKNOWN,
                 f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
             )
         return pb.GetPodResourcesResponse(pod_resources=found)

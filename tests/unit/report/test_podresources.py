@@ -209,13 +209,13 @@ def test_the_socket_answers_list_get_and_allocatable(
     assert cpus(allocatable.cpu_ids) == "1-7,9-15"
 
 
-def test_get_of_an_unknown_pod_is_not_found_naming_it(
+def test_get_of_an_unknown_pod_answers_unknown_naming_it_as_the_kubelet_does(
     served: Served,
 ) -> None:
     _, client = served
     with pytest.raises(grpc.RpcError) as missing:
         client.Get(pb.GetPodResourcesRequest(pod_name="ghost", pod_namespace="kube-system"), timeout=5)
-    assert missing.value.code() is grpc.StatusCode.NOT_FOUND
+    assert missing.value.code() is grpc.StatusCode.UNKNOWN
     assert missing.value.details() == "pod ghost in namespace kube-system not found"
 
 
