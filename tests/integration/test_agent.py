@@ -205,17 +205,41 @@ def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: 
     assert {uid: str(c) for uid, c in cpu.content.pod_entries.items()} == {fast_path.uid: ASSIGNABLE}
 
 
-def probe(plugin: PluginProcess, path: str) -> int:
-    """The HTTP status of GET `path` on the plugin's endpoint, -1 if nothing answers."""
+def test_readiness_follows_a_stopped_and_restarted_containerd(containerd: Containerd,
+                                                             plugin: PluginProcess) -> None:
+    """containerd stops: /readyz answers 503 saying why before the plugin's second redial; containerd comes
+    back: 200 once the new registration is synchronized."""
+    assert probe(plugin, "/readyz") == 200
+    marker = len(plugin.lines)
+    containerd.stop_daemon()
+    try:
+        unready = wait_until(lambda: (got := answer(plugin, "/readyz"))[0] == 503 and got, LOG_TIMEOUT_S,
+                             "/readyz to answer 503 once containerd is gone")
+        redials = [line for line in plugin.lines[marker:] if "reconnecting in" in line]
+        assert len(redials) <= 1, redials
+        assert "not registered and synchronized with the runtime" in unready[1]
+    finally:
+        containerd.start_daemon()
+    plugin.wait_for_line("registered with containerd", LOG_TIMEOUT_S * 4, after=marker)
+    wait_until(lambda: probe(plugin, "/readyz") == 200, LOG_TIMEOUT_S, "/readyz 200 after the Synchronize")
+
+
+def answer(plugin: PluginProcess, path: str) -> tuple[int, str]:
+    """Status and body of GET `path` on the plugin's endpoint; -1 and "" if nothing answers."""
     host, port = plugin.metrics_address.rsplit(":", 1)
     connection = http.client.HTTPConnection(host, int(port), timeout=5)
     try:
         connection.request("GET", path)
-        return connection.getresponse().status
+        response = connection.getresponse()
+        return response.status, response.read().decode()
     except OSError:
-        return -1
+        return -1, ""
     finally:
         connection.close()
+
+
+def probe(plugin: PluginProcess, path: str) -> int:
+    return answer(plugin, path)[0]
 
 
 def test_probes_say_alive_and_ready_only_while_synchronized(plugin: PluginProcess, tmp_path: Path) -> None:

@@ -350,7 +350,15 @@ state = '{b}/state'
 
     def restart(self) -> None:
         """Stop containerd by PID keeping its state, then start it again; containers keep running."""
+        self.stop_daemon()
+        self.start_daemon()
+
+    def stop_daemon(self) -> None:
+        """Stop containerd by PID keeping its state (a runtime outage: containers keep running)."""
         self._terminate()
+
+    def start_daemon(self) -> None:
+        """Start containerd again after `stop_daemon`, waiting until CRI and NRI answer."""
         self._launch()
 
     def stop(self) -> None:
