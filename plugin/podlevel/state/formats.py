@@ -173,6 +173,9 @@ class _Layout:
     names: tuple[str, ...]
     """Type names the checksum may render; the first is what writers use (the unversioned one)."""
     zero_ok: bool
+    drops_pod_entries: bool = False
+    """The kubelet restores a file whose newer layout failed as this one, dropping its `podEntries`, and
+    calls that valid (memory V2 with checksum 0 read as V1, the kubelet's "zeroed checksum" test)."""
 
     def struct(self) -> Struct:
         return checkpoint_struct(self.fields, self.names[0])
@@ -307,6 +310,7 @@ _MEMORY_V1: Final = _Layout(
     (POLICY, MACHINE_STATE, MEMORY_ENTRIES, LEGACY_CHECKSUM),
     ("MemoryManagerCheckpoint", "MemoryManagerCheckpointV1"),
     zero_ok=True,
+    drops_pod_entries=True,
 )
 _CPU: Final = _Family(
     kind="cpu",
@@ -414,10 +418,12 @@ def decode(data: bytes | str, kind: Kind | None = None) -> Decoded:
             failures.append((layout, CorruptCheckpoint(BAD_CHECKSUM, f"as V{layout.version}: {verdict}")))
             continue
         checks = [Check("checksum", True, verdict)]
-        skipped = _skipped_pod_entries(obj, layout)
-        if skipped:
-            checks.append(Check("pod entries", False, skipped))
         notes = [f"ignored fields no layout knows: {', '.join(unknown)}"] if unknown else []
+        skipped = _skipped_pod_entries(obj, layout)
+        if skipped and layout.drops_pod_entries:
+            notes.append(skipped)
+        elif skipped:
+            checks.append(Check("pod entries", False, skipped))
         if layout.has("podEntries"):
             notes.append(
                 "kubelets 1.35 and older, and 1.36 without pod-level resource managers, reject this layout"
