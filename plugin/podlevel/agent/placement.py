@@ -568,26 +568,26 @@ class Placement:
         container `create` just placed (applied already, on the pool as it is now)."""
         shared = self._node_shared()
         unsent = self._unsent
-        if shared.cpus == self._flushed_pool:
-            if not unsent:
-                return {}
-            changed = {cid: self._settings(self._containers[cid], shared) for cid in unsent}
-        else:
-            changed = {}
+        # The containers the groups cannot vouch for, compared one by one: those whose pod was admitted
+        # (or attached, or put back) since, whether or not the pool moved, and the deferred ones.
+        loose = self._regrouped | unsent
+        moved = shared.cpus != self._flushed_pool
+        if not (moved or loose):
+            return {}
+        changed: dict[str, Settings] = {}
+        if moved:
             for kept, ids in self._following.items():
                 changed.update(dict.fromkeys(ids, self._at(kept, shared)))
-            # The containers the groups cannot vouch for, compared one by one.
-            loose = self._regrouped | unsent
             if fresh is not None:
                 loose.add(fresh)
-            for container_id in loose:
-                settings = self._settings(self._containers[container_id], shared)
-                if container_id in unsent or self.applied.get(container_id) != settings:
-                    changed[container_id] = settings
-                else:
-                    changed.pop(container_id, None)
-            if self._regrouped:
-                self._regrouped = set()
+        for container_id in loose:
+            settings = self._settings(self._containers[container_id], shared)
+            if container_id in unsent or self.applied.get(container_id) != settings:
+                changed[container_id] = settings
+            else:
+                changed.pop(container_id, None)
+        if self._regrouped:
+            self._regrouped = set()
         if changed:
             if undo is not None:
                 undo.keep_all(self.applied, changed)

@@ -621,6 +621,28 @@ def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -
     assert moved["late-log"].assignment is Assignment.POD_SHARED
 
 
+def test_a_pod_admitted_at_a_later_container_moves_its_running_containers_in_that_answer() -> None:
+    """The refused pod takes exactly the CPUs the released one held, so the node shared pool ends where it
+    was last handed out: its running container must get its pod-level settings all the same, with the
+    answer that admits the pod, not at some later pool move."""
+    crowded = Placement(new_engine())
+    blocker = fast_path("blocker", 7, 2)
+    start(crowded, blocker)
+    crowded.pending_updates()
+    late = fast_path("late", 7, 2)  # needs node 1 too
+    _, refused = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)],
+                                     [Observed("late-log", "sb-late", "log")])
+    assert [sid for sid, _ in refused] == ["sb-late"]
+    crowded.pending_updates()
+
+    crowded.remove_sandbox("sb-blocker")
+    settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
+
+    assert settings.assignment is Assignment.POD_EXCLUSIVE
+    assert moved["late-log"].assignment is Assignment.POD_SHARED
+    assert crowded.pending_updates() == {}
+
+
 def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
     """No checkpoint, and the runtime lists pods in another order: placements survive all the same."""
     live = Placement(new_engine())
