@@ -205,6 +205,28 @@ def test_containerd_restart_keeps_every_allocation(containerd: Containerd, cri: 
     assert {uid: str(c) for uid, c in cpu.content.pod_entries.items()} == {fast_path.uid: ASSIGNABLE}
 
 
+def test_a_cpuset_changed_behind_the_plugins_back_is_put_back_within_a_period(
+        containerd: Containerd, cri: CRI, tmp_path: Path) -> None:
+    """web's container runs on CPU 0 once fast-path holds CPU 1: someone writes CPU 1 (main-app's exclusive
+    CPU) into web's cpuset; the next reconcile round puts CPU 0 back, logs it and counts it."""
+    plugin = PluginProcess(containerd.nri_socket, ["--reconcile-period", "1"], state_dir=tmp_path / "state")
+    try:
+        plugin.wait_registered()
+        server = start_pod(cri, demo_pod("web"), with_shape=False).containers["server"]
+        start_pod(cri, demo_pod("fast-path"))
+        wait_applied(cri, server, RESERVED)
+        relative = cri.container_status(server).cgroups_path.strip("/")
+        hierarchy = cgroupfs.CGROUP_MOUNT if cgroupfs.is_cgroup2() else cgroupfs.CGROUP_MOUNT / "cpuset"
+        (hierarchy / relative / "cpuset.cpus").write_text(ALL)
+
+        assert wait_applied(cri, server, RESERVED).cpus == RESERVED
+        repaired = plugin.wait_for_line("a shared container found on exclusive CPUs", LOG_TIMEOUT_S)
+        assert server[:12] in repaired and f"put back to cpus={RESERVED}" in repaired
+        assert 'nri_podlevel_cgroup_repairs_total{field="cpus"} 1.0' in answer(plugin, "/metrics")[1]
+    finally:
+        plugin.stop()
+
+
 def test_readiness_follows_a_stopped_and_restarted_containerd(containerd: Containerd,
                                                              plugin: PluginProcess) -> None:
     """containerd stops: /readyz answers 503 saying why before the plugin's second redial; containerd comes

@@ -49,7 +49,8 @@ class DemoNode:
 
 @pytest.fixture
 def demo(containerd: Containerd, cri: CRI, tmp_path: Path) -> Iterator[DemoNode]:
-    plugin = PluginProcess(containerd.nri_socket, state_dir=tmp_path / "state")
+    # No repair: the drifts these tests write must stay for `check` to find (test_agent tests the repair).
+    plugin = PluginProcess(containerd.nri_socket, ["--reconcile-period", "0"], state_dir=tmp_path / "state")
     try:
         plugin.wait_registered()
         web = start_pod(cri, demo_pod("web"), with_shape=False).containers["server"]

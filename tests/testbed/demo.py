@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("plugin_args", nargs="*", help="extra `nri-podlevel run` flags (after --)")
     args = parser.parse_args(argv)
     pods = load_pods(args.pods.read_text(), str(args.pods))
-    plugin_args = ["--log-format", "console", *args.plugin_args]  # for a reader; later flags override
+    # For a reader; no repair, so the drift the demo writes stays for `check` to show; later flags override.
+    plugin_args = ["--log-format", "console", "--reconcile-period", "0", *args.plugin_args]
 
     print(f"== private containerd {args.flavour} with NRI")
     with Containerd(args.flavour, args.base) as ctrd:

@@ -40,3 +40,7 @@ class Observer:
 
     def pod_cgroup_failed(self) -> None:
         """A pod cgroup write failed (retried at the next event unless refused for good)."""
+
+    def cgroup_repaired(self, field: str) -> None:
+        """A container's `field` (cpus, mems or quota) had been changed behind the plugin's back and was put
+        back (`agent.drift`; called on the repair thread, not the event thread)."""

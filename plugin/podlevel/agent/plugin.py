@@ -268,6 +268,16 @@ class PodLevelPlugin(Handler):
             )
             return self._snapshot
 
+    @property
+    def handler_lock(self) -> threading.RLock:
+        """What every event handler holds while it changes the node (for `agent.drift`'s writes)."""
+        return self._lock
+
+    def applied(self, container_id: str) -> Settings | None:
+        """What the container was last told (its settings as the runtime has them), under the lock."""
+        with self._lock:
+            return self.placement.applied.get(container_id)
+
     def _commit(self, *, force: bool = False, within: float = 0.0) -> None:
         """Hand the allocations to the checkpoint writer if they changed (to be written at once, or within
         `within` seconds), then bring the pod cgroups in line. Answers that apply a decision call

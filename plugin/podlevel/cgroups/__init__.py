@@ -5,7 +5,8 @@ when a container of the pod holds CPUs of its own, `write_cpu_max(pod, None, per
 `UnsafeCgroupPath` for a refused runtime value, `CgroupWriteError`/`CgroupReadError` (path and errno) for a
 failed file operation, all `CgroupError`. Operator commands read any cgroup back: `locate_cgroup` from a
 container's cgroups path, `find_pod_cgroup` from a pod UID alone, `read_configured`/`read_effective` and
-`read_cpu_max` (files named by `cpuset_file_names` and `cpu_max_file`).
+`read_cpu_max` (files named by `cpuset_file_names` and `cpu_max_file`). The agent puts a container's drifted
+cgroup back with `write_cpuset` and `write_cpu_max`.
 """
 
 from podlevel.cgroups.paths import (
@@ -34,6 +35,7 @@ from podlevel.cgroups.pod_cgroup import (
     read_effective,
     write_bubble,
     write_cpu_max,
+    write_cpuset,
 )
 
 __all__ = [
@@ -60,4 +62,5 @@ __all__ = [
     "read_effective",
     "write_bubble",
     "write_cpu_max",
+    "write_cpuset",
 ]

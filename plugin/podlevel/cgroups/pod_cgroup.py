@@ -298,10 +298,18 @@ def write_bubble(
     return read_effective(pod.cpuset_dir, pod.version, files)
 
 
+def write_cpuset(cgroup: Cgroup, cpuset: Cpuset, *, files: CgroupFiles = FILES) -> None:
+    """Give a leaf cgroup (a container's) `cpuset`, which must lie within its parent's: the memory nodes
+    first, so that on v1 the CPUs never ask for more than the parent allows at any step."""
+    names = _CPUSET_FILES[cgroup.version]
+    files.write(cgroup.cpuset_dir / names.mems, str(cpuset.mems))
+    files.write(cgroup.cpuset_dir / names.cpus, str(cpuset.cpus))
+
+
 def write_cpu_max(
-    pod: PodCgroup, quota_us: int | None, period_us: int = CFS_PERIOD_US, *, files: CgroupFiles = FILES
+    pod: Cgroup, quota_us: int | None, period_us: int = CFS_PERIOD_US, *, files: CgroupFiles = FILES
 ) -> None:
-    """Set the pod cgroup's CFS bandwidth: `quota_us` None is no limit (v2 `max <period>`, v1 quota -1)."""
+    """Set a cgroup's CFS bandwidth: `quota_us` None is no limit (v2 `max <period>`, v1 quota -1)."""
     if not MIN_CFS_QUOTA_US <= period_us <= MAX_CFS_PERIOD_US:
         raise ValueError(f"CFS period {period_us} us is outside [{MIN_CFS_QUOTA_US}, {MAX_CFS_PERIOD_US}]")
     if quota_us is not None and quota_us < MIN_CFS_QUOTA_US:

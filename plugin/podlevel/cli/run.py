@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from podlevel.agent.drift import DriftRepair
 from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
@@ -77,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="open the PodResources socket to this group too (mode 0660)")
     parser.add_argument("--cgroup-root", default=str(DEFAULT_CGROUP_ROOT),
                         help="cgroup mount holding the pod cgroups (%(default)s); empty: leave them alone")
+    parser.add_argument("--reconcile-period", type=float, default=10.0, metavar="SECONDS",
+                        help="how often containers' cgroups are compared with what the plugin applied and "
+                             "changed values put back, as the kubelet's cpuManagerReconcilePeriod "
+                             "(%(default)s; also after every resync); 0: off")
     parser.add_argument("--on-missing-mount", default="exit", choices=["exit", "wait"],
                         help="when a node path is missing or read-only: exit 2 (%(default)s), or stay up, "
                              "alive and not ready, its probes saying which (the DaemonSet: no crash loop)")
@@ -235,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
         server.start()
     if podresources is not None:
         podresources.start()
+    repair = drift_repair(args, handler, stub, observer)
+    if repair is not None:
+        repair.start()
     # What start-up made (modules, classes, the engine's tables) lives as long as the process: out of the
     # cyclic collector's sight, its full collections walk only what the events made.
     gc.freeze()
@@ -245,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
             stub.run()
     finally:
         try:
+            if repair is not None:
+                repair.stop()
             if podresources is not None:
                 podresources.stop()
             for server in servers:
@@ -275,6 +285,15 @@ def wait_unready(args: argparse.Namespace, problem: str) -> int:
     finally:
         server.stop()
     return 0
+
+
+def drift_repair(args: argparse.Namespace, plugin: PodLevelPlugin, stub: Stub,
+                 observer: Observer) -> DriftRepair | None:
+    """The reconcile loop (`agent.drift`), when containers' cgroups are within reach and a period is set."""
+    if not args.cgroup_root or args.reconcile_period <= 0:
+        return None
+    return DriftRepair(Path(args.cgroup_root), lambda: plugin.snapshot, lambda: plugin.handler_lock,
+                       plugin.applied, lambda: stub.ready, args.reconcile_period, observer)
 
 
 def check_launched_socket(fd: int | None) -> None:

@@ -113,6 +113,11 @@ class PluginMetrics(Observer, StubObserver):
         self._pod_cgroup_failures = Counter(
             "nri_podlevel_pod_cgroup_write_failures", "Failed pod cgroup writes.", registry=registry
         )
+        self._repairs = Counter(
+            "nri_podlevel_cgroup_repairs",
+            "Container cgroup values changed behind the plugin's back and put back, by field.",
+            ["field"], registry=registry,
+        )
         self._connections = Counter(
             "nri_podlevel_runtime_connections", "Registrations with the runtime that got synchronized.",
             registry=registry,
@@ -166,6 +171,9 @@ class PluginMetrics(Observer, StubObserver):
 
     def pod_cgroup_failed(self) -> None:
         self._pod_cgroup_failures.inc()
+
+    def cgroup_repaired(self, field: str) -> None:
+        self._repairs.labels(field).inc()
 
     # -- the stub's events ---------------------------------------------------------------------------------
 

@@ -1,0 +1,197 @@
+"""Container cgroups put back when something else changed them: the kubelet's CPU manager reconcile loop.
+
+The plugin tells the runtime each container's settings (cpuset, memory nodes, CFS quota) through NRI; the
+runtime writes them once. A cpuset written later by hand or by another agent stays wrong until the
+container is recreated, and a shared container left on an exclusive CPU takes time from the container that
+owns it. The kubelet re-applies every container's cpuset each `cpuManagerReconcilePeriod`; `DriftRepair`
+does the same each `--reconcile-period` and after every Synchronize: it reads each container's cgroup files
+against what the plugin last applied and writes the intended values back (the runtime's record already
+holds them: they were the plugin's own adjustment). A Synchronize counts once the registration it belongs
+to is complete (`ready`): the runtime has applied its updates by then. A value read while a decision was
+being made is checked again under the handler lock before it is written, so a repair never undoes a newer
+decision. Each repair is counted (`Observer.cgroup_repaired`) and logged once per container, fields and
+values found; a container that cannot be read (it exited, its cgroup is gone) is left to the next round.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from podlevel.agent.events import Observer
+from podlevel.agent.logs import logger
+from podlevel.agent.placement import Settings
+from podlevel.agent.snapshot import NodeSnapshot
+from podlevel.cgroups import (
+    Cgroup,
+    CgroupError,
+    Cpuset,
+    locate_cgroup,
+    read_configured,
+    read_cpu_max,
+    read_effective,
+    write_cpu_max,
+    write_cpuset,
+)
+from podlevel.engine.cfs import UNLIMITED_QUOTA
+from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.manager import Assignment
+
+log = logger("podlevel.agent")
+
+EXCLUSIVE: Final = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+RESYNC_POLL_S: Final = 0.5
+"""How soon after a resync the cgroups are compared."""
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One container whose cgroup does not hold what the plugin applied."""
+
+    container_id: str
+    cgroup: Cgroup
+    wanted: Settings
+    found: Cpuset
+    found_quota: int | None
+    """The CFS quota found (None: no limit); compared only when the plugin sets the quota."""
+
+    def fields(self) -> list[str]:
+        wanted = self.wanted
+        names = []
+        if self.found.cpus != wanted.cpus:
+            names.append("cpus")
+        if self.found.mems != CPUSet(wanted.mems):
+            names.append("mems")
+        if wanted.cpu_quota_us is not None and self.found_quota != _quota(wanted):
+            names.append("quota")
+        return names
+
+
+def _quota(settings: Settings) -> int | None:
+    return None if settings.cpu_quota_us == UNLIMITED_QUOTA else settings.cpu_quota_us
+
+
+def find_drifts(snapshot: NodeSnapshot, root: Path) -> Iterator[Drift]:
+    """Every container of the snapshot whose cgroup differs from what was applied to it. A configured
+    cpuset field left empty (v2: the parent's) is compared by what is in force."""
+    for container_id, wanted in snapshot.placement.applied.items():
+        cgroups_path = snapshot.cgroups_paths.get(container_id)
+        if not cgroups_path:
+            continue
+        try:
+            cgroup = locate_cgroup(cgroups_path, root)
+            configured = read_configured(cgroup.cpuset_dir, cgroup.version)
+            if not (configured.cpus and configured.mems):
+                configured = read_effective(cgroup.cpuset_dir, cgroup.version)
+            quota = read_cpu_max(cgroup)[0] if wanted.cpu_quota_us is not None else None
+        except (CgroupError, OSError):
+            continue
+        drift = Drift(container_id, cgroup, wanted, configured, quota)
+        if drift.fields():
+            yield drift
+
+
+class DriftRepair:
+    """Finds and repairs drifted container cgroups on a thread of its own: every `period` seconds while the
+    plugin is `ready` (registered and synchronized), and as soon as it becomes ready again (a resync).
+    `snapshot` gives the node; `lock` is what the event handlers hold, and `applied` reads what a container
+    was last told, under it."""
+
+    def __init__(
+        self,
+        root: Path,
+        snapshot: Callable[[], NodeSnapshot],
+        lock: Callable[[], AbstractContextManager[object]],
+        applied: Callable[[str], Settings | None],
+        ready: Callable[[], bool],
+        period: float,
+        observer: Observer | None = None,
+    ) -> None:
+        self.root = root
+        self._snapshot = snapshot
+        self._lock = lock
+        self._applied = applied
+        self._ready = ready
+        self.period = period
+        self.observer = observer or Observer()
+        self._logged: set[tuple[str, str, str]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="drift-repair", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        was_ready = False
+        since = 0.0
+        # Readiness is looked at often (a bool); the cgroups are read once a period, or at a resync.
+        tick = min(RESYNC_POLL_S, self.period)
+        while not self._stop.wait(tick):
+            ready = self._ready()
+            since += tick
+            if ready and (not was_ready or since >= self.period):
+                self.repair(self._snapshot())
+                since = 0.0
+            was_ready = ready
+
+    def repair(self, snapshot: NodeSnapshot) -> int:
+        """Put back every drifted container of `snapshot` that still wants what it held; returns how many."""
+        repaired = 0
+        for drift in find_drifts(snapshot, self.root):
+            with self._lock():
+                if self._applied(drift.container_id) != drift.wanted:
+                    continue  # a newer decision is on its way to this container: it is not drift
+                fields = self._put_back(drift)
+            repaired += bool(fields)
+            for name in fields:
+                self.observer.cgroup_repaired(name)
+        return repaired
+
+    def _put_back(self, drift: Drift) -> list[str]:
+        wanted = drift.wanted
+        fields = drift.fields()
+        try:
+            if "cpus" in fields or "mems" in fields:
+                write_cpuset(drift.cgroup, Cpuset(wanted.cpus, CPUSet(wanted.mems)))
+            if "quota" in fields:
+                write_cpu_max(drift.cgroup, _quota(wanted), wanted.cpu_period_us)
+        except (CgroupError, OSError) as err:
+            self._log_once(drift, "failed", f"container {drift.container_id[:12]}: cannot put its cgroup "
+                                            f"back ({', '.join(fields)}): {err}", error=True)
+            return []
+        found = f"cpus={drift.found.cpus} mems={drift.found.mems} quota={_text(drift.found_quota)}"
+        shared_on_exclusive = wanted.assignment not in EXCLUSIVE and self._exclusive_overlap(drift)
+        what = "a shared container found on exclusive CPUs; " if shared_on_exclusive else ""
+        self._log_once(drift, found, f"container {drift.container_id[:12]}: {what}its cgroup was changed "
+                                     f"behind the plugin's back ({found}), put back to cpus={wanted.cpus} "
+                                     f"mems={wanted.mems_text} quota={_text(_quota(wanted))}",
+                       error=shared_on_exclusive)
+        return fields
+
+    def _exclusive_overlap(self, drift: Drift) -> bool:
+        snapshot = self._snapshot()
+        taken = CPUSet()
+        for other, settings in snapshot.placement.applied.items():
+            if other != drift.container_id and settings.assignment in EXCLUSIVE:
+                taken = taken | settings.cpus
+        return bool(drift.found.cpus & taken)
+
+    def _log_once(self, drift: Drift, found: str, message: str, *, error: bool = False) -> None:
+        key = (drift.container_id, ",".join(drift.fields()), found)
+        if key in self._logged:
+            return
+        self._logged.add(key)
+        (log.error if error else log.warning)("%s", message, container=drift.container_id)
+
+
+def _text(quota: int | None) -> str:
+    return "max" if quota is None else str(quota)
