@@ -10,7 +10,7 @@ containers must be exactly those that recomputing every container and comparing 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
@@ -142,20 +142,14 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
 
 
 class EveryContainer(Placement):
-    """Placement handing updates out by recomputing every container's settings whenever the pool moved and
+    """Placement handing updates out by recomputing every container's settings at every hand-out and
     comparing them with `applied`, from the tables alone (no groups): what the groups must agree with."""
 
     def _hand_out(self, undo: _Undo | None, fresh: str | None = None) -> dict[str, Settings]:
         shared = self._node_shared()
         unsent = self._unsent
-        if shared.cpus == self._flushed_pool:
-            if not unsent:
-                return {}
-            candidates: Iterable[str] = unsent
-        else:
-            candidates = self._containers
         changed: dict[str, Settings] = {}
-        for container_id in candidates:
+        for container_id in self._containers:
             settings = brute_force(self, container_id, shared)
             if container_id in unsent or self.applied.get(container_id) != settings:
                 changed[container_id] = settings
@@ -304,7 +298,7 @@ def test_groups_hand_out_what_comparing_every_container_does(data: st.DataObject
     for step in range(data.draw(st.integers(1, 24))):
         for event_ in events(data, step, live, boxes, handed):
             if live._regrouped:
-                event("regrouped containers wait for a pool move")
+                event("regrouped containers")
             if live._refused:
                 event("a pod a Synchronize refused runs")
             result = outcome(event_, live)
