@@ -40,6 +40,7 @@ one lock, so a reader sees the node between two events.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import logging
@@ -244,6 +245,8 @@ class PodLevelPlugin(Handler):
         """`placement.generation` when the snapshot was taken."""
         self._stale = False
         """Something the snapshot holds besides placement changed (checkpoint error, pod cgroup failures)."""
+        self._cgroups_scheduled = False
+        """A pod cgroup sync waits for the event loop's next callback (`_commit`)."""
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -286,10 +289,28 @@ class PodLevelPlugin(Handler):
         if self._writer is not None and (force or current is not self._saved):
             self._saved = current
             self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
-        if self.pod_cgroups is not None:
+        if self.pod_cgroups is not None and not self._cgroups_scheduled:
+            # After the answer: nothing in it depends on the pod cgroups (NRI cannot adjust them), and a
+            # Synchronize after a restart would otherwise read and write every pod's before answering. The
+            # loop runs the callback before the next request it reads.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._sync_pod_cgroups()
+            else:
+                self._cgroups_scheduled = True
+                loop.call_soon(self._sync_pod_cgroups)
+
+    def _sync_pod_cgroups(self) -> None:
+        """Bring the pod cgroups in line with what placement wants now (those it changed, those failed)."""
+        with self._lock:
+            self._cgroups_scheduled = False
+            cgroups = self.pod_cgroups
+            if cgroups is None:
+                return
             changed = self.placement.take_pod_cgroup_changes()
-            if changed or self.pod_cgroups.failed:
-                self.pod_cgroups.sync(self.placement.pod_cgroups, changed)
+            if changed or cgroups.failed:
+                cgroups.sync(self.placement.pod_cgroups, changed)
                 self._stale = True
 
     def _durable(self) -> None:

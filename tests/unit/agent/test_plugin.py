@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from pathlib import Path
@@ -507,3 +508,24 @@ def test_a_sandbox_keeps_only_the_shape_of_its_annotations() -> None:
     plain = sandbox(None)
     plain.annotations["team"] = "a"
     assert dict(sandbox_of(plain).annotations) == {}
+
+
+def test_a_synchronize_answers_before_any_pod_cgroup_is_read_or_written(tmp_path: Path) -> None:
+    """On the event loop the pod cgroups are brought in line by the loop's next callback, after the answer
+    left, not inside the handler: a restarted plugin's Synchronize touches no pod's cgroup on its way."""
+    pod = fast_path()
+    root = v2_root(tmp_path, pod)
+    cpuset = root / "kubepods" / f"pod{pod.uid}" / "cpuset.cpus"
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=PodCgroups(root))
+    fast = sandbox(pod)
+    fast.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+
+    async def main() -> tuple[str, str]:
+        plugin.synchronize([fast], [container(fast, "app")])
+        answered = cpuset.read_text()
+        await asyncio.sleep(0)  # one turn of the loop: the callbacks scheduled during the handler run
+        return answered, cpuset.read_text()
+
+    at_answer, after = asyncio.run(main())
+    assert at_answer.strip() == ""
+    assert after.strip() == str(plugin.placement.state.cpu.pod_entries[pod.uid])
