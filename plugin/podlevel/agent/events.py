@@ -39,7 +39,7 @@ class Observer:
         """A checkpoint write failed (it is retried at the next event)."""
 
     def pod_cgroup_failed(self) -> None:
-        """A pod cgroup write failed (retried at the next event unless refused for good)."""
+        """A pod cgroup write failed (retried with backoff unless refused for good)."""
 
     def cgroup_repaired(self, field: str) -> None:
         """A container's `field` (cpus, mems or quota) had been changed behind the plugin's back and was put

@@ -309,7 +309,7 @@ class PodLevelPlugin(Handler):
             if cgroups is None:
                 return
             changed = self.placement.take_pod_cgroup_changes()
-            if changed or cgroups.failed:
+            if changed or cgroups.pending:
                 cgroups.sync(self.placement.pod_cgroups, changed)
                 self._stale = True
 

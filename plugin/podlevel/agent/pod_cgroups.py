@@ -5,14 +5,20 @@ writes it. For each managed pod `Placement.pod_cgroups` says what its cgroup sho
 and memory nodes; CFS quota lifted when a container holds CPUs of its own, as the kubelet does with
 `DisableCPUQuotaWithExclusiveCPUs`). A failed write never fails the container (its own cpuset is already
 enforced by the runtime): it is logged once per path and error, kept in `failed` for operators, and tried
-again at the next event. A cgroup parent the runtime gave that would leave the cgroup root is refused for
+again with backoff (1 s, doubling to 60 s; at once when the pod's wants change), so a node where many pod
+cgroups cannot be written (a wrong `--cgroup-root`, a cgroup driver mismatch) pays nothing per event for
+them: the retries due are taken from a heap ordered by time. A cgroup parent the runtime gave that would
+leave the cgroup root is refused for
 good, with the rule it broke.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import heapq
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Final
 
 from podlevel.agent.events import Observer
 from podlevel.agent.logs import logger
@@ -31,13 +37,24 @@ from podlevel.engine.cpuset import CPUSet
 
 log = logger("podlevel.agent")
 
+RETRY_FIRST_S: Final = 1.0
+RETRY_MAX_S: Final = 60.0
+
 
 class PodCgroups:
     """Brings pod cgroups in line with what placement wants; remembers what it wrote and what failed."""
 
-    def __init__(self, root: Path, observer: Observer | None = None) -> None:
+    def __init__(self, root: Path, observer: Observer | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.root = root
         self.observer = observer or Observer()
+        self._clock = clock
+        self._retries: list[tuple[float, str]] = []
+        """(when, sandbox id), a heap; an entry whose sandbox no longer failed, or failed again since with a
+        later time, is skipped when it comes up."""
+        self._delay: dict[str, float] = {}
+        """sandbox id -> the backoff its next failure waits, and when its retry is due."""
+        self._due: dict[str, float] = {}
         self._written: dict[str, PodCgroupSettings] = {}
         self.failed: dict[str, str] = {}
         """sandbox id -> why its pod cgroup does not hold what it should (retried at every event)."""
@@ -45,13 +62,14 @@ class PodCgroups:
         """sandbox id -> settings refused for good (an unsafe path): not tried again until they change."""
 
     def sync(self, wanted: Mapping[str, PodCgroupSettings], changed: Iterable[str]) -> None:
-        """Bring the pod cgroups of the `changed` sandboxes, and of those that failed before, in line with
-        `wanted` (a sandbox no longer wanted is forgotten). Every other pod cgroup already holds its wants."""
-        for sandbox_id in {*changed, *self.failed}:
+        """Bring the pod cgroups of the `changed` sandboxes, and of those whose retry is due, in line with
+        `wanted` (a sandbox no longer wanted is forgotten). Every other pod cgroup already holds its wants,
+        or waits for its retry."""
+        for sandbox_id in {*changed, *self._due_retries()}:
             settings = wanted.get(sandbox_id)
             if settings is None:
                 self._written.pop(sandbox_id, None)
-                self.failed.pop(sandbox_id, None)
+                self._forget_failure(sandbox_id)
                 self._refused.pop(sandbox_id, None)
             elif self._written.get(sandbox_id) != settings and self._refused.get(sandbox_id) != settings:
                 self._apply(sandbox_id, settings)
@@ -80,7 +98,7 @@ class PodCgroups:
             self._refused[sandbox_id] = settings
             return
         self._written[sandbox_id] = settings
-        if self.failed.pop(sandbox_id, None) is not None:
+        if self._forget_failure(sandbox_id):
             log.info("pod cgroup of %s written after an earlier failure", settings.what, pod=settings.what)
         if settings.cpus is not None:
             cpus, mems = str(settings.cpus), ",".join(map(str, settings.mems))
@@ -92,12 +110,34 @@ class PodCgroups:
         log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, cpus, mems, quota, path=pod.path,
                  pod=settings.what, cpus=cpus, mems=mems, quota=quota)
 
+    @property
+    def pending(self) -> bool:
+        """Some pod cgroup waits for a retry."""
+        return bool(self._due)
+
+    def _due_retries(self) -> list[str]:
+        now, due = self._clock(), []
+        while self._retries and self._retries[0][0] <= now:
+            when, sandbox_id = heapq.heappop(self._retries)
+            if self._due.get(sandbox_id) == when:
+                del self._due[sandbox_id]
+                due.append(sandbox_id)
+        return due
+
+    def _forget_failure(self, sandbox_id: str) -> bool:
+        self._delay.pop(sandbox_id, None)
+        self._due.pop(sandbox_id, None)
+        return self.failed.pop(sandbox_id, None) is not None
+
     def _fail(self, sandbox_id: str, reason: str) -> None:
         self.observer.pod_cgroup_failed()
         if self.failed.get(sandbox_id) != reason:
-            log.error("pod cgroup not written, will retry at the next event: %s", reason, sandbox=sandbox_id,
-                      reason=reason)
+            log.error("pod cgroup not written, will retry: %s", reason, sandbox=sandbox_id, reason=reason)
         self.failed[sandbox_id] = reason
+        delay = self._delay.get(sandbox_id, RETRY_FIRST_S)
+        self._delay[sandbox_id] = min(delay * 2, RETRY_MAX_S)
+        when = self._due[sandbox_id] = self._clock() + delay
+        heapq.heappush(self._retries, (when, sandbox_id))
 
 
 def _widen(pod: PodCgroup) -> Cpuset | None:

@@ -232,7 +232,8 @@ def test_the_pod_cgroup_gets_the_bubble_and_a_failed_write_is_retried(
     pod = fast_path()
     root = v2_root(tmp_path, pod)
     pod_dir = root / "kubepods" / f"pod{pod.uid}"
-    cgroups = PodCgroups(root)
+    now = [0.0]
+    cgroups = PodCgroups(root, clock=lambda: now[0])
     plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=cgroups)
     fast = sandbox(pod)
     fast.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
@@ -244,6 +245,9 @@ def test_the_pod_cgroup_gets_the_bubble_and_a_failed_write_is_retried(
     assert (pod_dir / "cpuset.cpus").read_text().strip() == str(bubble)
     assert fast.id in cgroups.failed and "cpu.max" in cgroups.failed[fast.id]
     (pod_dir / "cpu.max").write_text("200000 100000\n")
+    plugin.stop_container(fast, container(fast, "app"))
+    assert fast.id in cgroups.failed, "retried with backoff, not at every event"
+    now[0] += 1.0
     plugin.stop_container(fast, container(fast, "app"))
     assert cgroups.failed == {}
     assert (pod_dir / "cpu.max").read_text().split()[0] == "max"
@@ -529,3 +533,33 @@ def test_a_synchronize_answers_before_any_pod_cgroup_is_read_or_written(tmp_path
     at_answer, after = asyncio.run(main())
     assert at_answer.strip() == ""
     assert after.strip() == str(plugin.placement.state.cpu.pod_entries[pod.uid])
+
+
+def test_failing_pod_cgroups_are_retried_with_backoff_not_at_every_event(tmp_path: Path) -> None:
+    """A --cgroup-root where no pod cgroup can be written: each pod fails once, then waits 1 s, 2 s, 4 s...
+    for its next try, however many events arrive meanwhile."""
+
+    class Counting(Observer):
+        failures = 0
+
+        def pod_cgroup_failed(self) -> None:
+            Counting.failures += 1
+
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu memory\n")  # a root without the pods' cgroups
+    now = [0.0]
+    cgroups = PodCgroups(tmp_path, Counting(), clock=lambda: now[0])
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=cgroups)
+    boxes = []
+    for index in range(3):
+        box = sandbox(fast_path(f"pod{index}", 2, 1))
+        box.linux.cgroup_parent = f"/kubepods/pod{box.uid}"
+        plugin.run_pod_sandbox(box)
+        boxes.append(box)
+    assert Counting.failures == 3
+    for _ in range(20):
+        plugin.stop_container(boxes[0], container(boxes[0], "app"))
+    assert Counting.failures == 3, "no retry before its time"
+    for delay, total in ((1.0, 6), (1.0, 6), (1.0, 9), (4.0, 12)):
+        now[0] += delay
+        plugin.stop_container(boxes[0], container(boxes[0], "app"))
+        assert Counting.failures == total
