@@ -80,6 +80,7 @@ from google.protobuf.message import Message
 
 from podlevel.agent.placement import Placement, Settings
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
+from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.cli.logs import configure_logging
 from podlevel.cli.run import plugin_metrics, report_servers
 from podlevel.engine.cpuset import CPUSet
@@ -107,6 +108,9 @@ SETTLE_S: Final = 0.2
 """After a large Synchronize nri-podlevel hands the freed heap back once its answer is written: VmRSS is read
 this long after the answer."""
 PLUGIN_PROCESS_FLAG: Final = "--plugin-process"
+PLUGIN_CGROUP_ROOT_FLAG: Final = "--plugin-cgroup-root"
+CGROUP_BASE: Final = "/dev/shm"
+"""Where the pod cgroup tree is made: a tmpfs, as cgroupfs is memory."""
 PROFILE_PLUGIN_ENV: Final = "PODLEVEL_BENCH_PROFILE_DIR"
 """Set by --profile-plugin for the plugin processes, which inherit it."""
 HACK: Final = Path(__file__).resolve().parent
@@ -115,8 +119,10 @@ PLUGIN_SETUP: Final = (
     "in a tmp dir, info logs as JSON lines to a file, metrics counted and the HTTP endpoint (probes, "
     "/metrics, views) listening on 127.0.0.1, the PodResources socket listening in the tmp dir (never "
     "asked, so gRPC is not loaded, as on a node without PodResources clients); pod cgroups off "
-    "(--cgroup-root \"\": no cgroups here); the engine on the synthetic node above instead of sysfs; the "
-    "process runs this script (its imports beside the plugin's: argparse, cProfile, statistics)"
+    "(--cgroup-root \"\": no cgroups here) but for the `_cgroups` Synchronize, which writes a tree of the "
+    "kubelet's pod cgroups made as regular files on a tmpfs; the engine on the synthetic node above "
+    "instead of sysfs; the process runs this script (its imports beside the plugin's: argparse, cProfile, "
+    "statistics)"
 )
 GO_SETUP: Final = (
     "tests/integration/goplugin -noop: the upstream NRI stub answering every event with no "
@@ -263,8 +269,9 @@ def engine_numbers(cycles: int, profile: bool, spec: str) -> dict[str, object]:
 class TimedPlugin(PodLevelPlugin):
     """The plugin with the wall-clock time of its CreateContainer and Synchronize handlers recorded."""
 
-    def __init__(self, placement: Placement, state: StateDir, observer: PluginMetrics) -> None:
-        super().__init__(placement, state=state, observer=observer)
+    def __init__(self, placement: Placement, state: StateDir, observer: PluginMetrics,
+                 pod_cgroups: PodCgroups | None = None) -> None:
+        super().__init__(placement, state=state, pod_cgroups=pod_cgroups, observer=observer)
         self.create_ns: list[int] = []
         self.synchronize_ns: list[int] = []
 
@@ -283,12 +290,13 @@ class TimedPlugin(PodLevelPlugin):
             self.synchronize_ns.append(time.perf_counter_ns() - started)
 
 
-def plugin_process(state_dir: str, spec: str) -> int:
+def plugin_process(state_dir: str, spec: str, cgroup_root: str | None = None) -> int:
     """Serve the launch socket as `nri-podlevel run` would (see PLUGIN_SETUP) until the runtime closes it,
-    then print the handler times as JSON."""
+    then print the handler times as JSON. With `cgroup_root` the pod cgroups there are written."""
     configure_logging("info", "auto")
     metrics = plugin_metrics(lambda: handler.snapshot)
-    handler = TimedPlugin(Placement(bench_engine(spec)), StateDir(Path(state_dir)), metrics)
+    cgroups = PodCgroups(Path(cgroup_root), metrics) if cgroup_root else None
+    handler = TimedPlugin(Placement(bench_engine(spec)), StateDir(Path(state_dir)), metrics, cgroups)
     stub = Stub.from_environment(handler, observer=metrics)
     # Every endpoint `run` serves, probes, metrics and the operator views, on two free loopback ports.
     addresses = argparse.Namespace(metrics_address="127.0.0.1:0", debug_address="localhost:0")
@@ -477,9 +485,23 @@ def launched_plugin(command: Sequence[str]) -> Iterator[LaunchedPlugin]:
             plugin.kill()
 
 
-def plugin_command(state_dir: str, spec: str) -> list[str]:
-    """How this script launches nri-podlevel (`plugin_process`) on the node `spec`."""
-    return [sys.executable, __file__, "--topology", spec, PLUGIN_PROCESS_FLAG, state_dir]
+def plugin_command(state_dir: str, spec: str, cgroup_root: str | None = None) -> list[str]:
+    """How this script launches nri-podlevel (`plugin_process`) on the node `spec`, writing the pod cgroups
+    under `cgroup_root` when given."""
+    return [sys.executable, __file__, "--topology", spec, PLUGIN_PROCESS_FLAG, state_dir,
+            *([PLUGIN_CGROUP_ROOT_FLAG, cgroup_root] if cgroup_root else [])]
+
+
+def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str) -> None:
+    """A cgroup v2 tree of regular files laid out as the kubelet's pod cgroups (`cgroup_parent` of each
+    sandbox), as wide as the node, made before the plugin sees the pods, as the kubelet makes them."""
+    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
+    for sandbox in sandboxes:
+        directory = root / sandbox.linux.cgroup_parent.lstrip("/")
+        directory.mkdir(parents=True)
+        for name, text in (("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.cpus.effective", cpus),
+                           ("cpuset.mems.effective", "0-7"), ("cpu.max", "max 100000")):
+            (directory / name).write_text(text + "\n")
 
 
 @contextlib.contextmanager
@@ -862,12 +884,17 @@ def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str
     handler_ns: dict[str, list[int]] = collections.defaultdict(list)
     updates: dict[str, int] = {}
     rss: dict[str, int] = {}
+    all_cpus = str(bench_engine(spec).topology.all_cpus)
     for repeat in range(repeats):
-        runs = [("in_place", in_place), ("unpinned", containers), ("go_noop", in_place)]
+        runs = [("in_place", in_place), ("in_place_cgroups", in_place), ("unpinned", containers),
+                ("go_noop", in_place)]
         for label, listed in runs if repeat % 2 == 0 else reversed(runs):
-            with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir:
+            with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, \
+                    tempfile.TemporaryDirectory(prefix="bench-cgroup-", dir=CGROUP_BASE) as cgroup_root:
+                pod_cgroup_tree(Path(cgroup_root), sandboxes, all_cpus)
+                cgroups = cgroup_root if label.endswith("cgroups") else None
                 command = ([go_binary, "-noop", events] if label == "go_noop" else
-                           plugin_command(state_dir, spec))
+                           plugin_command(state_dir, spec, cgroups))
                 ns, updates[label], rss[label], out = _synchronized(command, sandboxes, listed)
             elapsed[label].append(ns)
             if label != "go_noop":
@@ -878,11 +905,12 @@ def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str
         "go_noop_synchronize_2000_ms": round(ms["go_noop"], 2),
         "synchronize_2000_ratio": ratio(ms["in_place"], ms["go_noop"]),
         "synchronize_2000_unpinned_ratio": ratio(ms["unpinned"], ms["go_noop"]),
+        "synchronize_2000_cgroups_ratio": ratio(ms["in_place_cgroups"], ms["go_noop"]),
         "nri_synchronize_containers": len(containers),
         "nri_synchronize_pods": len(sandboxes),
         "nri_synchronize_repeats": repeats,
     }
-    for label, listed in (("in_place", in_place), ("unpinned", containers)):
+    for label, listed in (("in_place", in_place), ("in_place_cgroups", in_place), ("unpinned", containers)):
         numbers.update({
             f"nri_synchronize_{label}_ms": round(ms[label], 2),
             f"nri_synchronize_{label}_handler_ms": round(percentile(handler_ns[label], 0.5) / 1000, 2),
@@ -919,9 +947,10 @@ def main() -> int:
                         help="containers live through the NRI churn: the mix's CPU holders, then Burstable "
                              "pods (%(default)s: the mix's 500 pods)")
     parser.add_argument(PLUGIN_PROCESS_FLAG, metavar="STATE_DIR", help=argparse.SUPPRESS)
+    parser.add_argument(PLUGIN_CGROUP_ROOT_FLAG, metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plugin_process:
-        return plugin_process(args.plugin_process, args.topology)
+        return plugin_process(args.plugin_process, args.topology, args.plugin_cgroup_root)
     cycles = args.cycles or (1000 if args.quick else 5000)
     nri_cycles = args.nri_cycles or (300 if args.quick else 2000)
     sync_repeats = args.sync_repeats or (1 if args.quick else 3)
