@@ -21,7 +21,7 @@ from typing import Any
 
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.report.http import parse_address
-from podlevel.webhook.server import REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
+from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
 log = logging.getLogger("podlevel.webhook")
 
@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     threading.Thread(target=server.serve_forever, name="webhook", daemon=True).start()
     log.info("serving the admission webhook on %s", server.url)
     stopping.wait()
-    server.shutdown()
-    server.server_close()
+    left = server.drain()
+    if left:
+        log.warning("stopped with %d reviews still in flight after %.0f s", left, DRAIN_TIMEOUT_S)
+    else:
+        log.info("stopped: every review in flight answered, every connection closed")
     return 0

@@ -9,12 +9,18 @@ Limits: a body over `MAX_REVIEW_BYTES` is not read, and every socket operation (
 out after `timeout` seconds (default `REQUEST_TIMEOUT_S`); both are answered like any other review the
 webhook cannot read, by allowing the pod unchanged and logging why. Handshakes happen on the connection's
 own thread, never in the accept loop, so a slow client delays only itself.
+
+Stopping (`drain`, on SIGTERM): no new connection is accepted, an idle kept-alive connection is closed, a
+review being read or answered is finished and its answer says `Connection: close`, all within a bound below
+the Deployment's grace period, so a rollout never cuts a review the API server is waiting for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 import ssl
 import sys
 import threading
@@ -32,6 +38,8 @@ MUTATE_PATH: Final = "/mutate"
 HEALTH_PATH: Final = "/healthz"
 REQUEST_TIMEOUT_S: Final = 10.0
 """The API server's default (and largest) webhook `timeoutSeconds`: an answer later than that is useless."""
+DRAIN_TIMEOUT_S: Final = 4.0
+"""How long a stop waits for the reviews in flight: within the Deployment's grace period (5 s)."""
 
 
 class CertificateReloader:
@@ -83,7 +91,42 @@ class WebhookServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], certificates: CertificateReloader, *,
                  timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.certificates = certificates
+        self.draining = False
+        self._connections: dict[socket.socket, bool] = {}
+        """Open connections -> whether a review is being read or answered on it."""
+        self._changed = threading.Condition()
         super().__init__(address, type("Handler", (_Handler,), {"timeout": timeout}))
+
+    def track(self, connection: socket.socket, busy: bool) -> None:
+        """A connection opened, started or finished a review; closed at once when idle while draining."""
+        with self._changed:
+            self._connections[connection] = busy
+            if self.draining and not busy:
+                _close_reading(connection)
+
+    def connections(self) -> tuple[int, int]:
+        """How many connections are open, and how many of them have a review in flight."""
+        with self._changed:
+            return len(self._connections), sum(self._connections.values())
+
+    def untrack(self, connection: socket.socket) -> None:
+        with self._changed:
+            self._connections.pop(connection, None)
+            self._changed.notify_all()
+
+    def drain(self, timeout: float = DRAIN_TIMEOUT_S) -> int:
+        """Stop accepting, close the idle connections, let the reviews in flight finish (each answer closes
+        its connection); returns how many connections were still open when `timeout` ran out."""
+        self.shutdown()
+        with self._changed:
+            self.draining = True
+            for connection, busy in self._connections.items():
+                if not busy:
+                    _close_reading(connection)
+            self._changed.wait_for(lambda: not self._connections, timeout)
+            left = len(self._connections)
+        self.server_close()
+        return left
 
     @property
     def url(self) -> str:
@@ -103,14 +146,33 @@ class WebhookServer(ThreadingHTTPServer):
         log.warning("connection from %s failed: %s", client_address[0], error)
 
 
+def _close_reading(connection: socket.socket) -> None:
+    """End the wait for a next request on an idle connection (its thread reads EOF and finishes)."""
+    with contextlib.suppress(OSError):  # already closed by the peer
+        connection.shutdown(socket.SHUT_RD)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "nri-podlevel"
     protocol_version = "HTTP/1.1"  # the API server keeps its connections to a webhook open
     timeout = REQUEST_TIMEOUT_S
 
+    server: WebhookServer
+
     def setup(self) -> None:
         super().setup()
         self.request.do_handshake()
+        self.server.track(self.request, busy=False)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.request)
+
+    def parse_request(self) -> bool:
+        self.server.track(self.request, busy=True)  # a request line arrived: this review is in flight
+        return super().parse_request()
 
     def do_GET(self) -> None:
         if urlsplit(self.path).path == HEALTH_PATH:
@@ -146,6 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
         return review(body)
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
+        if self.server.draining:
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -153,6 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+        if not self.close_connection:
+            self.server.track(self.request, busy=False)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s " + format, self.address_string(), *args)

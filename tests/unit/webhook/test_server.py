@@ -10,6 +10,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from cryptography import x509
 
 from podlevel.podspec.admission import MAX_REVIEW_BYTES
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
+from podlevel.webhook.server import CertificateReloader, WebhookServer
 from support.builders import EXAMPLES
-from testbed.apiserver import WebhookProcess, create_request, with_api_defaults
+from testbed.apiserver import SERVICE_NAME, WebhookProcess, create_request, with_api_defaults
+from testbed.tls import TestCA
 from testbed.wait import wait_until
 
 LOG_TIMEOUT_S = 10.0
@@ -178,3 +181,49 @@ def test_the_client_really_verifies(webhook: WebhookProcess) -> None:
     with socket.create_connection(webhook.address, timeout=15) as plain, \
             pytest.raises(ssl.SSLCertVerificationError):
         ssl.create_default_context().wrap_socket(plain, server_hostname="127.0.0.1")
+
+
+def test_a_stop_finishes_the_review_in_flight_and_closes_idle_connections(tmp_path: Path) -> None:
+    """`drain` (what SIGTERM runs) while one connection idles after a review and another is halfway through
+    sending one: the idle one is closed, the half-sent review is answered with `Connection: close`, and
+    nothing is left open."""
+    ca = TestCA(tmp_path)
+    serving = ca.issue(SERVICE_NAME)
+    server = WebhookServer(("127.0.0.1", 0), CertificateReloader(serving.cert_file, serving.key_file))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = ssl.create_default_context(cafile=str(ca.ca_file))
+    client.check_hostname = False
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": create_request(sidecar_pod())}).encode()
+    head = (f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    address = server.server_address[:2]
+    with socket.create_connection(address, timeout=15) as idle_plain, \
+            socket.create_connection(address, timeout=15) as busy_plain, \
+            client.wrap_socket(idle_plain) as idle, client.wrap_socket(busy_plain) as busy:
+        idle.sendall(head + body)
+        assert read_response(idle).startswith(b"HTTP/1.1 200")  # kept alive: now idle
+        busy.sendall(head + body[:100])
+        wait_until(lambda: server.connections() == (2, 1), LOG_TIMEOUT_S, "the half-sent review in flight")
+        drained: list[int] = []
+        stopping = threading.Thread(target=lambda: drained.append(server.drain()))
+        stopping.start()
+        assert idle.recv(65536) == b"", "the idle connection is closed"
+        busy.sendall(body[100:])
+        answer = read_response(busy)
+        stopping.join(timeout=10)
+    assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer
+    assert drained == [0]
+
+
+def read_response(tls: ssl.SSLSocket) -> bytes:
+    """One HTTP response: headers, then as many body bytes as its Content-Length says."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += tls.recv(65536)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))
+    while len(rest) < length:
+        rest += tls.recv(65536)
+    return head + b"\r\n\r\n" + rest
