@@ -52,6 +52,7 @@ from podlevel.nri import StubObserver
 from podlevel.report.http import Query, Reply, Route
 
 RESOURCES: Final = (CPU, MEMORY)
+REPAIRED_FIELDS: Final = ("cpus", "mems", "quota")
 SOURCES: Final = ("pod", "node")
 ASSIGNMENT_TYPES: Final = (Assignment.NODE_EXCLUSIVE, Assignment.POD_EXCLUSIVE, Assignment.POD_SHARED)
 ERROR_TYPES: Final = (
@@ -118,6 +119,8 @@ class PluginMetrics(Observer, StubObserver):
             "Container cgroup values changed behind the plugin's back and put back, by field.",
             ["field"], registry=registry,
         )
+        for field in REPAIRED_FIELDS:  # exported at 0 from the start, so an increase() sees the first one
+            self._repairs.labels(field)
         self._connections = Counter(
             "nri_podlevel_runtime_connections", "Registrations with the runtime that got synchronized.",
             registry=registry,
