@@ -492,7 +492,7 @@ def plugin_command(state_dir: str, spec: str, cgroup_root: str | None = None) ->
             *([PLUGIN_CGROUP_ROOT_FLAG, cgroup_root] if cgroup_root else [])]
 
 
-def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str) -> None:
+def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str, mems: str) -> None:
     """A cgroup v2 tree of regular files laid out as the kubelet's pod cgroups (`cgroup_parent` of each
     sandbox), as wide as the node, made before the plugin sees the pods, as the kubelet makes them."""
     (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
@@ -500,7 +500,7 @@ def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str) 
         directory = root / sandbox.linux.cgroup_parent.lstrip("/")
         directory.mkdir(parents=True)
         for name, text in (("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.cpus.effective", cpus),
-                           ("cpuset.mems.effective", "0-7"), ("cpu.max", "max 100000")):
+                           ("cpuset.mems.effective", mems), ("cpu.max", "max 100000")):
             (directory / name).write_text(text + "\n")
 
 
@@ -884,14 +884,15 @@ def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str
     handler_ns: dict[str, list[int]] = collections.defaultdict(list)
     updates: dict[str, int] = {}
     rss: dict[str, int] = {}
-    all_cpus = str(bench_engine(spec).topology.all_cpus)
+    topology = bench_engine(spec).topology
+    all_cpus, all_mems = str(topology.all_cpus), str(CPUSet(topology.numa_node_ids))
     for repeat in range(repeats):
         runs = [("in_place", in_place), ("in_place_cgroups", in_place), ("unpinned", containers),
                 ("go_noop", in_place)]
         for label, listed in runs if repeat % 2 == 0 else reversed(runs):
             with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, \
                     tempfile.TemporaryDirectory(prefix="bench-cgroup-", dir=CGROUP_BASE) as cgroup_root:
-                pod_cgroup_tree(Path(cgroup_root), sandboxes, all_cpus)
+                pod_cgroup_tree(Path(cgroup_root), sandboxes, all_cpus, all_mems)
                 cgroups = cgroup_root if label.endswith("cgroups") else None
                 command = ([go_binary, "-noop", events] if label == "go_noop" else
                            plugin_command(state_dir, spec, cgroups))

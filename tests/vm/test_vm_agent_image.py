@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from test_vm_podlevel import pod
-from vm_support import GuestShape, in_force, node_cpus
+from vm_support import GuestShape, in_force, node_cpus, pod
 
 from podlevel.engine.cpuset import CPUSet
 from testbed import agent_image, cgroupfs

@@ -8,19 +8,15 @@ as a kubelet starts them, with the pod-shape annotation. Sized to fit every gues
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
 import pytest
-from vm_support import GuestShape, in_force, node_cpus, read
+from vm_support import GuestShape, in_force, node_cpus, pod, read
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
-from podlevel.engine.pod import Pod
-from podlevel.podspec.workloads import load_pods
 from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, pod_cgroup_parent
@@ -30,46 +26,6 @@ from testbed.plugin_process import PluginProcess
 pytestmark = pytest.mark.vm
 
 BASE: Final = Path("/run/nri-podlevel-vm-podlevel")
-PODS: Final = """
-apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - {name: server, image: busybox, resources: {requests: {cpu: 100m, memory: 32Mi}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: fast-path}
-spec:
-  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
-  initContainers:
-  - {name: logger, image: busybox, restartPolicy: Always}
-  containers:
-  - name: main-app
-    image: busybox
-    resources: {requests: {cpu: "1", memory: 128Mi}, limits: {cpu: "1", memory: 128Mi}}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: no-room}
-spec:
-  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
-  initContainers:
-  - {name: logger, image: busybox, restartPolicy: Always}
-  containers:
-  - name: main-app
-    image: busybox
-    resources: {requests: {cpu: "2", memory: 128Mi}, limits: {cpu: "2", memory: 128Mi}}
-"""
-
-
-def pod(name: str) -> Pod:
-    """One of PODS under a fresh uid, so its pod cgroup is its own."""
-    [found] = [p for p in load_pods(PODS) if p.name == name]
-    return replace(found, uid=str(uuid.uuid4()))
-
-
 @pytest.fixture
 def cri(guest: GuestShape) -> Iterator[CRI]:
     with Containerd("2", BASE) as ctrd:

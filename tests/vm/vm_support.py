@@ -1,5 +1,5 @@
-"""What the guest-only tests share: the guest's shape, cgroup file helpers, a cgroup member process, and what
-the kernel enforces on a container."""
+"""What the guest-only tests share: the guest's shape, cgroup file helpers, a cgroup member process, what
+the kernel enforces on a container, and the pods sized for every guest shape `make vm` boots."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import contextlib
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Final
 
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.pod import Pod
+from podlevel.podspec.workloads import load_pods
 from testbed import cgroupfs
 from testbed.cri import CRI
 
@@ -135,3 +139,43 @@ def in_force(cri: CRI, container_id: str) -> tuple[CPUSet, str, str]:
     assert CPUSet.parse(cgroupfs.cpus_allowed_list(info.pid)) == CPUSet.parse(values.effective_cpus)
     quota = read(CGROUP_ROOT / info.cgroups_path.lstrip("/") / "cpu.max").split()[0]
     return CPUSet.parse(values.effective_cpus), values.effective_mems, quota
+
+
+PODS: Final = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - {name: server, image: busybox, resources: {requests: {cpu: 100m, memory: 32Mi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fast-path}
+spec:
+  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
+  initContainers:
+  - {name: logger, image: busybox, restartPolicy: Always}
+  containers:
+  - name: main-app
+    image: busybox
+    resources: {requests: {cpu: "1", memory: 128Mi}, limits: {cpu: "1", memory: 128Mi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: no-room}
+spec:
+  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
+  initContainers:
+  - {name: logger, image: busybox, restartPolicy: Always}
+  containers:
+  - name: main-app
+    image: busybox
+    resources: {requests: {cpu: "2", memory: 128Mi}, limits: {cpu: "2", memory: 128Mi}}
+"""
+
+
+def pod(name: str) -> Pod:
+    """One of PODS under a fresh uid, so its pod cgroup is its own."""
+    [found] = [p for p in load_pods(PODS) if p.name == name]
+    return replace(found, uid=str(uuid.uuid4()))

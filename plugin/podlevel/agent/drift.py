@@ -150,13 +150,13 @@ class DriftRepair:
             with self._lock():
                 if self._applied(drift.container_id) != drift.wanted:
                     continue  # a newer decision is on its way to this container: it is not drift
-                fields = self._put_back(drift)
+                fields = self._put_back(drift, snapshot)
             repaired += bool(fields)
             for name in fields:
                 self.observer.cgroup_repaired(name)
         return repaired
 
-    def _put_back(self, drift: Drift) -> list[str]:
+    def _put_back(self, drift: Drift, snapshot: NodeSnapshot) -> list[str]:
         wanted = drift.wanted
         fields = drift.fields()
         try:
@@ -169,7 +169,7 @@ class DriftRepair:
                                             f"back ({', '.join(fields)}): {err}", error=True)
             return []
         found = f"cpus={drift.found.cpus} mems={drift.found.mems} quota={_text(drift.found_quota)}"
-        shared_on_exclusive = wanted.assignment not in EXCLUSIVE and self._exclusive_overlap(drift)
+        shared_on_exclusive = wanted.assignment not in EXCLUSIVE and _on_exclusive(drift, snapshot)
         what = "a shared container found on exclusive CPUs; " if shared_on_exclusive else ""
         self._log_once(drift, found, f"container {drift.container_id[:12]}: {what}its cgroup was changed "
                                      f"behind the plugin's back ({found}), put back to cpus={wanted.cpus} "
@@ -177,20 +177,19 @@ class DriftRepair:
                        error=shared_on_exclusive)
         return fields
 
-    def _exclusive_overlap(self, drift: Drift) -> bool:
-        snapshot = self._snapshot()
-        taken = CPUSet()
-        for other, settings in snapshot.placement.applied.items():
-            if other != drift.container_id and settings.assignment in EXCLUSIVE:
-                taken = taken | settings.cpus
-        return bool(drift.found.cpus & taken)
-
     def _log_once(self, drift: Drift, found: str, message: str, *, error: bool = False) -> None:
         key = (drift.container_id, ",".join(drift.fields()), found)
         if key in self._logged:
             return
         self._logged.add(key)
         (log.error if error else log.warning)("%s", message, container=drift.container_id)
+
+
+def _on_exclusive(drift: Drift, snapshot: NodeSnapshot) -> bool:
+    """The drifted container's cgroup holds CPUs another container has to itself."""
+    taken = CPUSet.union_of(settings.cpus for other, settings in snapshot.placement.applied.items()
+                            if other != drift.container_id and settings.assignment in EXCLUSIVE)
+    return bool(drift.found.cpus & taken)
 
 
 def _text(quota: int | None) -> str:

@@ -289,10 +289,12 @@ class PodLevelPlugin(Handler):
         if self._writer is not None and (force or current is not self._saved):
             self._saved = current
             self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
-        if self.pod_cgroups is not None and not self._cgroups_scheduled:
-            # After the answer: nothing in it depends on the pod cgroups (NRI cannot adjust them), and a
-            # Synchronize after a restart would otherwise read and write every pod's before answering. The
-            # loop runs the callback before the next request it reads.
+        cgroups = self.pod_cgroups
+        if (cgroups is not None and not self._cgroups_scheduled
+                and (self.placement.pod_cgroups_changed or cgroups.pending)):
+            # After the answer, and only when a pod cgroup waits: nothing in the answer depends on the pod
+            # cgroups (NRI cannot adjust them), and a Synchronize after a restart would otherwise read and
+            # write every pod's before answering. The loop runs the callback before the next request.
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
