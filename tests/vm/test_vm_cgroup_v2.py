@@ -19,6 +19,7 @@ pytestmark = pytest.mark.vm
 
 MiB = 2**20
 ALLOC_MIB = 64
+HUGE_PAGE = 2 * MiB
 
 
 def node_cpus(node: int) -> CPUSet:
@@ -195,8 +196,9 @@ def test_changing_cpuset_mems_migrates_the_memory(
     for node in range(1, guest.numa_nodes):
         write(pod / "cpuset.mems", str(node))  # returns once the pages have moved
         anon = numa_stat(pod)
-        assert anon[node] >= ALLOC_MIB * MiB, anon
-        assert anon[node - 1] < MiB, anon
+        # The kernel migrates best effort: a page busy at that instant stays (seen once: one 2 MiB THP).
+        assert anon[node] >= ALLOC_MIB * MiB - HUGE_PAGE, anon
+        assert anon[node - 1] <= HUGE_PAGE, anon
 
 
 def test_memory_max_is_enforced_by_the_oom_killer(kubepods: Path, member: type[Member]) -> None:
