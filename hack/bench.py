@@ -94,7 +94,7 @@ from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
 from podlevel.report.metrics import PluginMetrics
-from podlevel.report.podresources import PodResourcesServer
+from podlevel.report.podresources import podresources_socket
 from podlevel.state.store import StateDir
 from podlevel.ttrpc.codec import Connection, Inbound, Request, Response, Role
 
@@ -301,8 +301,8 @@ def plugin_process(state_dir: str, spec: str, cgroup_root: str | None = None) ->
     # Every endpoint `run` serves, probes, metrics and the operator views, on two free loopback ports.
     addresses = argparse.Namespace(metrics_address="127.0.0.1:0", debug_address="localhost:0")
     servers = report_servers(addresses, stub, metrics, handler)
-    podresources = PodResourcesServer(Path(state_dir) / "report" / "pod-resources.sock",
-                                      lambda: handler.snapshot)
+    podresources = podresources_socket(Path(state_dir) / "report" / "pod-resources.sock",
+                                       lambda: handler.snapshot)
     for server in servers:
         server.start()
     podresources.start()

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.pod import Pod
 from podlevel.nri import Code, api, subscribed_events
 from podlevel.nri.identity import PluginIdentity
@@ -267,7 +268,7 @@ def check(plugin: PodLevelPlugin, runtime: Runtime, method: str, response: Respo
         applied = placement.applied.get(container_id)
         told = runtime.told.get(container_id)
         if applied is not None and told is not None:
-            assert (told.cpus, told.mems) == (str(applied.cpus), applied.mems_text), container_id
+            assert (told.cpus, told.mems) == (str(applied.cpus), str(CPUSet(applied.mems))), container_id
             if applied.cpu_quota_us is not None:
                 assert told.quota.value == applied.cpu_quota_us, container_id
         if answered:

@@ -34,17 +34,13 @@ class Recorded:
     """The CPUs a re-admission after a restart was confined to; None: the whole node."""
 
 
-def pod_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
-
-
 class DecisionLog:
     def __init__(self, limit: int = LIMIT) -> None:
         self.limit = limit
         self._records: OrderedDict[str, Recorded] = OrderedDict()
 
     def record(self, state: NodeState, pod: Pod, within: CPUSet | None = None) -> None:
-        key = pod_key(pod.namespace, pod.name)
+        key = pod.key
         self._records[key] = Recorded(state, pod, within)
         self._records.move_to_end(key)
         if len(self._records) > self.limit:

@@ -30,6 +30,7 @@ from podlevel.cgroups import (
     Cgroup,
     CgroupError,
     Cpuset,
+    cpu_max_text,
     locate_cgroup,
     read_configured,
     read_cpu_max,
@@ -39,11 +40,9 @@ from podlevel.cgroups import (
 )
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.manager import Assignment
 
 log = logger("podlevel.agent")
 
-EXCLUSIVE: Final = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
 RESYNC_POLL_S: Final = 0.5
 """How soon after a resync the cgroups are compared."""
 
@@ -168,12 +167,12 @@ class DriftRepair:
             self._log_once(drift, "failed", f"container {drift.container_id[:12]}: cannot put its cgroup "
                                             f"back ({', '.join(fields)}): {err}", error=True)
             return []
-        found = f"cpus={drift.found.cpus} mems={drift.found.mems} quota={_text(drift.found_quota)}"
-        shared_on_exclusive = wanted.assignment not in EXCLUSIVE and _on_exclusive(drift, snapshot)
+        found = f"cpus={drift.found.cpus} mems={drift.found.mems} quota={cpu_max_text(drift.found_quota)}"
+        shared_on_exclusive = not wanted.assignment.exclusive and _on_exclusive(drift, snapshot)
         what = "a shared container found on exclusive CPUs; " if shared_on_exclusive else ""
         self._log_once(drift, found, f"container {drift.container_id[:12]}: {what}its cgroup was changed "
                                      f"behind the plugin's back ({found}), put back to cpus={wanted.cpus} "
-                                     f"mems={wanted.mems_text} quota={_text(_quota(wanted))}",
+                                     f"mems={CPUSet(wanted.mems)} quota={cpu_max_text(_quota(wanted))}",
                        error=shared_on_exclusive)
         return fields
 
@@ -188,9 +187,5 @@ class DriftRepair:
 def _on_exclusive(drift: Drift, snapshot: NodeSnapshot) -> bool:
     """The drifted container's cgroup holds CPUs another container has to itself."""
     taken = CPUSet.union_of(settings.cpus for other, settings in snapshot.placement.applied.items()
-                            if other != drift.container_id and settings.assignment in EXCLUSIVE)
+                            if other != drift.container_id and settings.assignment.exclusive)
     return bool(drift.found.cpus & taken)
-
-
-def _text(quota: int | None) -> str:
-    return "max" if quota is None else str(quota)

@@ -41,9 +41,8 @@ from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
-from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
+from podlevel.engine.manager import AdmissionPath, Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import CPU, MEMORY, Pod
-from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, sandbox_resources
 
@@ -62,6 +61,16 @@ class Sandbox:
     """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
     cgroup_parent: str = ""
     """The pod cgroup the kubelet made (`linux.cgroup_parent`); the pod's bubble is written there."""
+
+    @property
+    def key(self) -> str:
+        return runtime_pod_key(self.namespace, self.name)
+
+
+def runtime_pod_key(namespace: str, name: str) -> str:
+    """`namespace/name` of a pod as the runtime names it, bounded for messages (the runtime's names are any
+    text; the engine's `Pod.key` names a pod already checked)."""
+    return f"{shown(namespace)}/{shown(name)}"
 
 
 class Observed(NamedTuple):
@@ -84,10 +93,6 @@ class Settings:
     cpu_quota_us: int | None
     cpu_period_us: int
     assignment: Assignment
-
-    @property
-    def mems_text(self) -> str:
-        return ",".join(str(node) for node in self.mems)
 
 
 @dataclass(frozen=True, slots=True)
@@ -702,7 +707,7 @@ class Placement:
     def _held(self, pod: Pod, rows: Iterable[Observed]) -> CPUSet | None:
         """The CPUs a managed pod's containers hold now: all of them when the pod has a bubble, else the
         exclusive ones (CFS quota off); None when the runtime shows none."""
-        bubble = pod.resources is not None and self.engine.config.scope is Scope.POD
+        bubble = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
         held = CPUSet.from_mask(0)
         for seen in rows:
             if seen.cpus is None or pod.container(seen.name) is None:
@@ -710,6 +715,12 @@ class Placement:
             if bubble or seen.cpu_quota_us == UNLIMITED_QUOTA:
                 held = held | seen.cpus
         return held or None
+
+    def is_pod_level(self, sandbox: Sandbox) -> bool:
+        """Whether the sandbox's pod takes the pod-level path (pod-level resources under pod scope); raises
+        InputError, as `pod_shape`, when its annotation is malformed."""
+        pod = self._shapes.of(sandbox)
+        return pod is not None and self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
 
     def _confinement(self, held: CPUSet | None, attempt: int) -> CPUSet | None:
         """Where a re-admitted pod may go at each attempt (`_CONFINEMENTS`); None: anywhere."""
@@ -867,7 +878,7 @@ class _ResyncCount:
 
 
 def _pod_text(sandbox: Sandbox) -> str:
-    return f"pod {shown(sandbox.namespace)}/{shown(sandbox.name)}"
+    return f"pod {sandbox.key}"
 
 
 def _differs(seen: Observed, settings: Settings) -> bool:

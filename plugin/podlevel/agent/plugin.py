@@ -50,15 +50,14 @@ from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.logs import logger
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, pod_shape
+from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, runtime_pod_key
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.snapshot import NodeSnapshot
-from podlevel.engine.cfs import UNLIMITED_QUOTA
+from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import quote, shown
 from podlevel.engine.manager import NodeState
-from podlevel.engine.topology_manager import Scope
 from podlevel.nri import (
     MAX_REPLY_BYTES,
     Code,
@@ -129,7 +128,7 @@ def observed_of(container: api.Container, cpus: CPUSet, nodes: CPUSet) -> tuple[
 
 
 def linux_cpu(settings: Settings) -> api.LinuxCPU:
-    cpu = api.LinuxCPU(cpus=str(settings.cpus), mems=settings.mems_text)
+    cpu = api.LinuxCPU(cpus=str(settings.cpus), mems=str(CPUSet(settings.mems)))
     if settings.cpu_quota_us is not None:
         cpu.quota.value = settings.cpu_quota_us
         cpu.period.value = settings.cpu_period_us
@@ -191,12 +190,9 @@ def _log_moved(changed: Mapping[str, Settings]) -> None:
 
 
 def _key(pod: api.PodSandbox) -> str:
-    """`namespace/name`, as pods are named in Kubernetes logs (bounded: the runtime's names are any text)."""
-    return f"{shown(pod.namespace)}/{shown(pod.name)}"
+    return runtime_pod_key(pod.namespace, pod.name)
 
 
-def _quota_text(quota: int | None) -> str:
-    return "untouched" if quota is None else "off" if quota == UNLIMITED_QUOTA else str(quota)
 
 
 P = ParamSpec("P")
@@ -428,7 +424,7 @@ class PodLevelPlugin(Handler):
             log.warning("refused %s container %s: %s", _key(pod), name, err, pod=_key(pod),
                         container=name, error_type=err.type, resource=err.resource,
                         reason=err.message)
-            self.observer.refused(self._pod_level(sandbox), err)
+            self.observer.refused(self.placement.is_pod_level(sandbox), err)
             self._refused(pod, f"{err.type}: {err.message}")
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
         except InputError as err:
@@ -453,12 +449,12 @@ class PodLevelPlugin(Handler):
         self._commit()
         self._durable()
         if log.isEnabledFor(logging.INFO):
-            quota = _quota_text(settings.cpu_quota_us)
+            quota = quota_text(settings.cpu_quota_us)
             log.info(
                 "placed %s container %s: %s cpus=%s mems=%s quota=%s", _key(pod), name,
-                settings.assignment.value, settings.cpus, settings.mems_text, quota, pod=_key(pod),
+                settings.assignment.value, settings.cpus, str(CPUSet(settings.mems)), quota, pod=_key(pod),
                 container=name, assignment=settings.assignment.value, cpus=settings.cpus,
-                mems=settings.mems_text, quota=quota,
+                mems=str(CPUSet(settings.mems)), quota=quota,
             )
         _log_moved(changed)
         return CreateResult(adjust=adjust, updates=updates)
@@ -478,13 +474,6 @@ class PodLevelPlugin(Handler):
                     "next answers", fitting, len(updates), len(deferred), carried=fitting,
                     deferred=len(deferred))
         return updates[:fitting]
-
-    def _pod_level(self, sandbox: Sandbox) -> bool:
-        """Whether the sandbox's pod takes the pod-level path (a budget under pod scope)."""
-        shape = pod_shape(sandbox)
-        return shape is not None and shape.resources is not None and (
-            self.placement.engine.config.scope is Scope.POD
-        )
 
     @_exclusive
     def update_container(

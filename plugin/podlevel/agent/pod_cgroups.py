@@ -33,6 +33,7 @@ from podlevel.cgroups import (
     write_bubble,
     write_cpu_max,
 )
+from podlevel.engine.cfs import UNLIMITED_QUOTA, quota_text
 from podlevel.engine.cpuset import CPUSet
 
 log = logger("podlevel.agent")
@@ -101,12 +102,12 @@ class PodCgroups:
         if self._forget_failure(sandbox_id):
             log.info("pod cgroup of %s written after an earlier failure", settings.what, pod=settings.what)
         if settings.cpus is not None:
-            cpus, mems = str(settings.cpus), ",".join(map(str, settings.mems))
+            cpus, mems = str(settings.cpus), str(CPUSet(settings.mems))
         elif widened is not None:
             cpus, mems = f"{widened.cpus} (as its parent)", str(widened.mems)
         else:
             cpus = mems = "untouched"
-        quota = "off" if settings.unlimited_quota else "untouched"
+        quota = quota_text(UNLIMITED_QUOTA if settings.unlimited_quota else None)
         log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, cpus, mems, quota, path=pod.path,
                  pod=settings.what, cpus=cpus, mems=mems, quota=quota)
 

@@ -339,6 +339,11 @@ def cpu_max_file(cgroup: Cgroup) -> Path:
     return cgroup.cpu_dir / ("cpu.max" if cgroup.version == 2 else "cpu.cfs_quota_us")
 
 
+def cpu_max_text(quota_us: int | None) -> str:
+    """A quota as the cgroup files show it (v2's spelling): `max` for no limit (None), else microseconds."""
+    return "max" if quota_us is None else str(quota_us)
+
+
 def read_cpu_max(cgroup: Cgroup, files: CgroupFiles = FILES) -> tuple[int | None, int]:
     """A cgroup's CFS `(quota_us, period_us)`; quota None is no limit, whichever version spells it."""
     path = cpu_max_file(cgroup)

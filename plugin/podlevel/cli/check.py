@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from podlevel.cli.inspection import add_source_arguments, drift_lines, inspect_for
+from podlevel.cli.drift import drift_lines
+from podlevel.cli.endpoint import add_source_arguments
+from podlevel.cli.inspection import inspect_for
 
 
 def add_parser(subparsers: Any) -> None:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, fetch
+from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, quote

@@ -1,175 +1,37 @@
-"""What the operator commands share (`show`, `check`, `explain`, `simulate --node`): the plugin's endpoint,
-the checkpoint files and the cgroup files, each read by the command itself, compared, and laid out.
+"""The node as the operator commands see it (`show`, `check`, `explain`, `simulate --node`).
 
-Sources, in order: the running plugin's `/debug/node` (`--address`), which knows every pod by name; when it
-does not answer, the checkpoint files in `--state-dir`, which know only pod UIDs and container names (a pod's
-cgroup is then found by its UID). The cgroup files under `--cgroup-root` are read directly (v1 or v2) and set
-beside what the source says each cgroup should hold: a field that differs is a `Drift` naming the file, what
-was expected and what was found. For a cpuset the configured file is named when it differs (someone wrote
-it), else the `.effective` one (a parent clips it). A CFS quota the plugin leaves alone is not compared.
+Sources, in order: the running plugin's `/debug/node` (`--address`, `cli.endpoint`), which knows every pod by
+name; when it does not answer, the checkpoint files in `--state-dir`, which know only pod UIDs and container
+names (a pod's cgroup is then found by its UID). The cgroup files under `--cgroup-root` are read directly (v1
+or v2) and set beside what the source says each cgroup should hold (`cli.drift`).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote
 
-from podlevel.cgroups import (
-    DEFAULT_CGROUP_ROOT,
-    Cgroup,
-    CgroupError,
-    cpu_max_file,
-    cpuset_file_names,
-    find_pod_cgroup,
-    locate_cgroup,
-    locate_pod_cgroup,
-    read_configured,
-    read_cpu_max,
-    read_effective,
-)
+from podlevel.cgroups import CgroupError, cpu_max_text, find_pod_cgroup, locate_cgroup, locate_pod_cgroup
 from podlevel.cli.checkpoint import summary
+from podlevel.cli.drift import Drift, Expected, Found, expected_quota, expected_text, read_cgroup
+from podlevel.cli.endpoint import BadInput, Unreachable, fetch
 from podlevel.cli.inputs import read_bytes
-from podlevel.cli.run import DEFAULT_DEBUG_ADDRESS
-from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
-from podlevel.report.http import parse_address
 from podlevel.report.views import nodes_text, numa_usage
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
-from podlevel.state.store import CPU_STATE_FILE, DEFAULT_STATE_DIR, MEMORY_STATE_FILE
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from podlevel.sysfs.reader import read_topology
 
-TIMEOUT_S: Final = 5.0
 PLUGIN_AND_CGROUP: Final = "plugin and cgroup"
 PLUGIN_AND_CHECKPOINT: Final = "plugin and checkpoint"
 CHECKPOINT_AND_CGROUP: Final = "checkpoint and cgroup"
-UNLIMITED: Final = "max"
 _IGNORED_SUMMARY_KEYS: Final = ("kind", "version", "writtenBy", "valid", "checks", "notes")
-
-
-class Unreachable(Exception):
-    """The plugin's endpoint did not answer."""
-
-
-class BadInput(Exception):
-    """What the command was given cannot be used (exit status 2)."""
-
-
-def add_source_arguments(parser: argparse.ArgumentParser, *, local: bool = True) -> None:
-    parser.add_argument("--address", default=DEFAULT_DEBUG_ADDRESS,
-                        help="HOST:PORT of the plugin's operator views, its --debug-address (%(default)s)")
-    if local:
-        parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
-                            help="the plugin's checkpoints (%(default)s)")
-        parser.add_argument("--cgroup-root", type=Path, default=DEFAULT_CGROUP_ROOT,
-                            help="the cgroup mount (%(default)s)")
-        parser.add_argument("--sysfs-root", default="/sys",
-                            help="sysfs for the NUMA layout when the plugin is down (%(default)s)")
-
-
-def fetch(address: str, path: str, **query: str) -> tuple[int, Any]:
-    """GET `path` on the endpoint: (status, the JSON body). Unreachable when nothing answers there."""
-    try:
-        host, port = parse_address(address)
-    except ValueError as err:
-        raise BadInput(str(err)) from None
-    target = path + ("?" + "&".join(f"{k}={quote(v, safe='/')}" for k, v in query.items()) if query else "")
-    connection = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
-    try:
-        connection.request("GET", target)
-        response = connection.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException) as err:
-        raise Unreachable(f"the plugin endpoint {address} does not answer: {err}") from None
-    finally:
-        connection.close()
-    try:
-        return response.status, json.loads(body)
-    except ValueError:
-        what = f"{address}{path} answered {response.status} without JSON: is it the plugin?"
-        raise Unreachable(what) from None
-
-
-# -- cgroups -----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What a cgroup should hold; None: not set by the plugin (not compared)."""
-
-    cpus: str | None
-    mems: str | None
-    quota: str | None
-    """`max` (no limit) or microseconds."""
-
-
-@dataclass(frozen=True)
-class Found:
-    cpus: str | None = None
-    """`.effective`, as the kernel enforces it."""
-    mems: str | None = None
-    quota: str | None = None
-    error: str | None = None
-    drifted: tuple[str, ...] = ()
-    """The fields (`cpus`, `mems`, `quota`) that are not what they should be."""
-
-
-@dataclass(frozen=True)
-class Drift:
-    file: str
-    expected: str
-    found: str
-    between: str
-
-
-def quota_text(quota_us: int | None) -> str | None:
-    """The plugin's quota (-1 = no limit, None = left alone) as compared with a cgroup's."""
-    return None if quota_us is None else UNLIMITED if quota_us < 0 else str(quota_us)
-
-
-def read_cgroup(cgroup: Cgroup, expected: Expected, between: str) -> tuple[Found, list[Drift]]:
-    """What the cgroup holds, and every field that is not what it should be."""
-    names = cpuset_file_names(cgroup.version)
-    try:
-        configured = read_configured(cgroup.cpuset_dir, cgroup.version)
-        effective = read_effective(cgroup.cpuset_dir, cgroup.version)
-        quota, _ = read_cpu_max(cgroup)
-    except (CgroupError, InputError, ValueError) as err:
-        where = str(cgroup.cpuset_dir)
-        return Found(error=str(err)), [Drift(where, _expected_text(expected), f"unreadable: {err}", between)]
-    found_quota = UNLIMITED if quota is None else str(quota)
-    drifts: dict[str, Drift] = {}
-    for name, want, have, have_effective, file, effective_file in (
-        ("cpus", expected.cpus, configured.cpus, effective.cpus, names.cpus, names.effective_cpus),
-        ("mems", expected.mems, configured.mems, effective.mems, names.mems, names.effective_mems),
-    ):
-        if want is None:
-            continue
-        wanted = CPUSet.parse(want)
-        if have and have != wanted:
-            drifts[name] = Drift(str(cgroup.cpuset_dir / file), str(wanted), str(have), between)
-        elif have_effective != wanted:
-            drifts[name] = Drift(str(cgroup.cpuset_dir / effective_file), str(wanted), str(have_effective),
-                                 between)
-    if expected.quota is not None and found_quota != expected.quota:
-        drifts["quota"] = Drift(str(cpu_max_file(cgroup)), expected.quota, found_quota, between)
-    found = Found(str(effective.cpus), str(effective.mems), found_quota, None, tuple(drifts))
-    return found, list(drifts.values())
-
-
-def _expected_text(expected: Expected) -> str:
-    return " ".join(f"{k}={v}" for k, v in asdict(expected).items() if v is not None) or "readable"
-
-
-# -- the node as a command sees it ------------------------------------------------------------------------
 
 
 @dataclass
@@ -256,11 +118,12 @@ def from_plugin(document: Mapping[str, Any], address: str, state_dir: Path, cgro
         wanted = pod["pod_cgroup"]
         if wanted is not None:
             expected = Expected(wanted["cpus"], wanted["mems"] if wanted["cpus"] else None,
-                                UNLIMITED if wanted["unlimited_quota"] else None)
+                                cpu_max_text(None) if wanted["unlimited_quota"] else None)
             row.pod_cgroup = _pod_cgroup_row(pod["uid"], pod["cgroup_parent"], cgroup_root, expected,
                                              PLUGIN_AND_CGROUP)
         for container in pod["containers"]:
-            expected = Expected(container["cpus"], container["mems"], quota_text(container["cpu_quota_us"]))
+            quota = expected_quota(container["cpu_quota_us"])
+            expected = Expected(container["cpus"], container["mems"], quota)
             cgroup = CgroupRow(expected)
             if container["cgroups_path"]:
                 _read_into(cgroup, container["cgroups_path"], cgroup_root)
@@ -286,7 +149,7 @@ def _read_into(row: CgroupRow, cgroups_path: str, cgroup_root: Path) -> None:
     try:
         cgroup = locate_cgroup(cgroups_path, cgroup_root)
     except CgroupError as err:
-        row.drifts = [Drift(cgroups_path, _expected_text(row.expected), f"unreadable: {err}",
+        row.drifts = [Drift(cgroups_path, expected_text(row.expected), f"unreadable: {err}",
                             PLUGIN_AND_CGROUP)]
         return
     row.path = str(cgroup.cpuset_dir)
@@ -299,10 +162,10 @@ def _pod_cgroup_row(uid: str, parent: str | None, root: Path, expected: Expected
         pod = (locate_pod_cgroup(pod_uid=uid, cgroup_parent=parent, cgroup_root=root) if parent
                else find_pod_cgroup(uid, root))
     except CgroupError as err:
-        row.drifts = [Drift(f"pod cgroup of {uid}", _expected_text(expected), f"unreadable: {err}", between)]
+        row.drifts = [Drift(f"pod cgroup of {uid}", expected_text(expected), f"unreadable: {err}", between)]
         return row
     if pod is None:
-        row.drifts = [Drift(f"pod cgroup of {uid}", _expected_text(expected), "no such cgroup", between)]
+        row.drifts = [Drift(f"pod cgroup of {uid}", expected_text(expected), "no such cgroup", between)]
         return row
     row.path = str(pod.cpuset_dir)
     row.found, row.drifts = read_cgroup(pod, expected, between)
@@ -399,59 +262,3 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
         pods=pods,
         drifts=[d for row in pods for d in _row_drifts(row)],
     )
-
-
-# -- layout ------------------------------------------------------------------------------------------------
-
-
-class Style:
-    """ANSI colour when stdout is a terminal (and NO_COLOR is unset), plain text otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    @classmethod
-    def for_stdout(cls) -> Style:
-        return cls(sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled and text else text
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def drift(self, text: str) -> str:
-        """A value that is not what it should be: red on a terminal, marked with `!` elsewhere."""
-        return self._wrap("1;31", text) if self.enabled else f"{text}!"
-
-    def good(self, text: str) -> str:
-        return self._wrap("32", text)
-
-
-def columns(rows: Sequence[Sequence[str]], indent: str = "", style: Style | None = None) -> list[str]:
-    """Rows aligned in columns; widths ignore ANSI codes, so coloured cells line up too."""
-    widths = [max(_visible(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [cell + " " * (width - _visible(cell)) for cell, width in zip(row, widths, strict=True)]
-        lines.append((indent + "  ".join(cells)).rstrip())
-    if style is not None and lines:
-        lines[0] = style.bold(lines[0])
-    return lines
-
-
-def _visible(text: str) -> int:
-    length, escape = 0, False
-    for char in text:
-        if char == "\x1b":
-            escape = True
-        elif escape:
-            escape = char != "m"
-        else:
-            length += 1
-    return length
-
-
-def drift_lines(drifts: Iterable[Drift]) -> Iterator[str]:
-    for drift in drifts:
-        yield f"drift ({drift.between}): {drift.file}: expected {drift.expected}, found {drift.found}"

@@ -28,32 +28,27 @@ from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.startup import restored_cpus
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.config_file import NO_FILE, read_config
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.cli.mounts import problems as mount_problems
-from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import Engine
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
-from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
-from podlevel.state.engine_state import recorded_cpus
+from podlevel.report import DEFAULT_DEBUG_ADDRESS, DEFAULT_METRICS_ADDRESS, DEFAULT_PODRESOURCES_SOCKET
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
 from podlevel.sysfs.reader import read_topology
 
 if TYPE_CHECKING:
     from podlevel.agent.snapshot import NodeSnapshot
-    from podlevel.report.http import ReportServer
+    from podlevel.httpd import Server
+    from podlevel.report.lazy_grpc import LazyGrpcSocket
     from podlevel.report.metrics import PluginMetrics
-    from podlevel.report.podresources import PodResourcesServer
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
-DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:9808"
-# The operator views name every pod and its CPUs: loopback by default, so a pod network never carries them
-# (`kubectl exec` into the agent reaches them; `show`, `check`, `explain` and `simulate --node` ask there).
-DEFAULT_DEBUG_ADDRESS: Final = "127.0.0.1:9809"
 DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
 
@@ -173,21 +168,6 @@ def origin_of(sources: Mapping[str, str], message: str) -> str:
     return " (" + "; ".join(f"{flag} from the {source}" for flag, source in mentioned.items()) + ")"
 
 
-def _recorded(state: StateDir, engine: Engine) -> CPUState | None:
-    """The CPU checkpoint a restarted plugin takes its pods back from; None without a usable one (the store
-    has logged why and moved a corrupt file aside; pods are then taken back from what the runtime shows)."""
-    loaded = state.load().cpu
-    log = logging.getLogger("podlevel.agent")
-    if loaded.content is None:
-        log.info("no CPU checkpoint to restore from in %s: %s", state.path, loaded.reason)
-        return None
-    if loaded.content.policy_name != engine.config.cpu_policy:
-        log.warning("the checkpoint was written under CPU policy %r, now %r: each pod keeps its CPUs only "
-                    "where they are valid under the new settings", loaded.content.policy_name,
-                    engine.config.cpu_policy)
-    return recorded_cpus(loaded.content)
-
-
 def restrict_umask() -> None:
     """Make nothing the agent creates writable by group or others, whatever umask it inherited (a launched
     plugin inherits the runtime's): the explicit modes (the 0700 state dir, 0600 checkpoints and socket) stay,
@@ -216,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
         observer = metrics or Observer()
         handler = PodLevelPlugin(
-            Placement(engine, recorded=_recorded(state, engine)),
+            Placement(engine, recorded=restored_cpus(state, engine)),
             state=state,
             pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
             observer=observer,
@@ -237,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         engine.config.topology_policy.value, engine.reserved_cpus or "none",
     )
     for server in servers:
-        server.start()
+        start_serving(server)
     if podresources is not None:
         podresources.start()
     repair = drift_repair(args, handler, stub, observer)
@@ -274,12 +254,13 @@ def wait_unready(args: argparse.Namespace, problem: str) -> int:
         print(f"nri-podlevel run: bad configuration: {problem}", file=sys.stderr)
         return 2
     logging.getLogger("podlevel.agent").error("cannot start: %s", problem)
-    from podlevel.report.http import ReportServer, probes
+    from podlevel.httpd import Server
+    from podlevel.report.probes import probes
 
     stops = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    server = ReportServer(args.metrics_address, probes(lambda: problem))
-    server.start()
+    server = Server(args.metrics_address, probes(lambda: problem), name="probes")
+    start_serving(server)
     try:
         signal.sigwait(stops)
     finally:
@@ -323,12 +304,13 @@ def plugin_metrics(snapshot: Callable[[], NodeSnapshot]) -> PluginMetrics:
 
 
 def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics | None,
-                   plugin: PodLevelPlugin) -> list[ReportServer]:
+                   plugin: PodLevelPlugin) -> list[Server]:
     """The HTTP endpoints: the probes (ready while registered and synchronized) and `/metrics` on
     `--metrics-address`, the operator views (`report.views`) on `--debug-address`; one server when both
     name the same address."""
-    from podlevel.report.http import ReportServer, Route, probes
+    from podlevel.httpd import Route, Server
     from podlevel.report.metrics import metrics_route
+    from podlevel.report.probes import probes
     from podlevel.report.views import views
 
     public: dict[str, Route] = {}
@@ -337,14 +319,19 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
         public["/metrics"] = metrics_route(metrics)
     debug = views(lambda: plugin.snapshot, plugin.placement.decisions) if args.debug_address else {}
     if args.debug_address == args.metrics_address:
-        return [ReportServer(args.debug_address, {**public, **debug})] if args.debug_address else []
-    return [ReportServer(address, routes) for address, routes in
+        return [Server(args.debug_address, {**public, **debug}, name="report")] if args.debug_address else []
+    return [Server(address, routes, name="report") for address, routes in
             ((args.metrics_address, public), (args.debug_address, debug)) if address]
 
 
-def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> PodResourcesServer:
-    """The PodResources service; gRPC is imported only for it."""
-    from podlevel.report.podresources import PodResourcesServer
+def start_serving(server: Server) -> None:
+    server.start()
+    logging.getLogger(__name__).info("serving %s on %s", ", ".join(sorted(server.routes)), server.url)
 
-    return PodResourcesServer(Path(args.podresources_socket), lambda: plugin.snapshot,
-                              group=args.podresources_socket_group)
+
+def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> LazyGrpcSocket:
+    """The PodResources service; gRPC is imported only for it."""
+    from podlevel.report.podresources import podresources_socket
+
+    return podresources_socket(Path(args.podresources_socket), lambda: plugin.snapshot,
+                               group=args.podresources_socket_group)

@@ -44,15 +44,10 @@ import json
 import sys
 from typing import Any
 
-from podlevel.cli.inspection import (
-    CgroupRow,
-    Inspection,
-    Style,
-    add_source_arguments,
-    columns,
-    drift_lines,
-    inspect_for,
-)
+from podlevel.cli.drift import drift_lines
+from podlevel.cli.endpoint import add_source_arguments
+from podlevel.cli.inspection import CgroupRow, Inspection, inspect_for
+from podlevel.cli.layout import Style, columns
 from podlevel.engine.quantity import format_bytes
 
 

@@ -37,12 +37,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.inputs import read_text, source_name
-from podlevel.cli.inspection import BadInput, Unreachable, add_source_arguments, columns, fetch
+from podlevel.cli.layout import columns
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, Engine, NodeState, PodDecision
+from podlevel.engine.manager import Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
@@ -54,7 +55,6 @@ from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
 from podlevel.sysfs import read_topology
 
 SYSFS_PREFIX = "sysfs="
-EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -174,7 +174,7 @@ def read_pods(paths: Sequence[str]) -> list[Pod]:
             if pod.uid in where:
                 raise InputError(
                     "unique pods",
-                    f"{path}: pod {pod.namespace}/{pod.name} (uid {pod.uid}) is also in {where[pod.uid]}",
+                    f"{path}: pod {pod.key} (uid {pod.uid}) is also in {where[pod.uid]}",
                 )
             where[pod.uid] = path
             pods.append(pod)
@@ -250,7 +250,7 @@ def _pod_json(outcome: Outcome, decision: PodDecision | None) -> dict[str, objec
 
 
 def _live_pods(live: LiveNode) -> list[str]:
-    return [f"{pod.namespace}/{pod.name}" for pod in live.state.pods.values()]
+    return [pod.key for pod in live.state.pods.values()]
 
 
 def render_table(result: Simulation) -> str:
@@ -269,7 +269,7 @@ def render_table(result: Simulation) -> str:
 
 
 def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
-    title = f"{outcome.pod.namespace}/{outcome.pod.name}"
+    title = outcome.pod.key
     if outcome.error is not None:
         return [f"  {title}  REFUSED  {outcome.error.type}: {outcome.error.message}"]
     assert decision is not None
@@ -308,10 +308,10 @@ def _holders(result: Simulation) -> list[tuple[str, CPUSet]]:
         holders.append((label, engine.reserved_cpus))
     for pod in state.pods.values():
         decision = engine.decision(state, pod.uid)
-        title = f"{pod.namespace}/{pod.name}"
+        title = pod.key
         slices = CPUSet()
         for c in decision.containers:
-            if c.assignment in EXCLUSIVE:
+            if c.assignment.exclusive:
                 holders.append((f"{title} {c.name} ({c.assignment.value})", c.cpus))
                 slices |= c.cpus
         if decision.bubble_cpus is not None and decision.bubble_cpus - slices:

@@ -20,7 +20,6 @@ from types import FrameType
 from typing import Any
 
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
-from podlevel.report.http import parse_address
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
 log = logging.getLogger("podlevel.webhook")
@@ -50,11 +49,10 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
-        host, port = parse_address(args.address)
         if not args.request_timeout > 0:
             raise ValueError(f"--request-timeout must be positive, not {args.request_timeout:g}")
         certificates = CertificateReloader(args.tls_cert_file, args.tls_private_key_file)
-        server = WebhookServer((host, port), certificates, timeout=args.request_timeout)
+        server = WebhookServer(args.address, certificates, timeout=args.request_timeout)
     except (ValueError, OSError) as err:  # ssl.SSLError is an OSError
         print(f"nri-podlevel webhook: {err}", file=sys.stderr)
         return 2
@@ -65,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    threading.Thread(target=server.serve_forever, name="webhook", daemon=True).start()
+    server.start()
     log.info("serving the admission webhook on %s", server.url)
     stopping.wait()
-    left = server.drain()
+    left = server.drain(DRAIN_TIMEOUT_S)
     if left:
         log.warning("stopped with %d reviews still in flight after %.0f s", left, DRAIN_TIMEOUT_S)
     else:

@@ -28,3 +28,9 @@ def milli_cpu_to_shares(millis: int) -> int:
 def milli_cpu_to_quota(millis: int, period: int = CFS_PERIOD_US) -> int:
     """CFS quota in microseconds for a CPU limit over `period`; 0 (no limit) for no limit."""
     return max(MIN_CFS_QUOTA_US, millis * period // 1000) if millis else 0
+
+
+def quota_text(quota_us: int | None) -> str:
+    """A container's or pod's CFS quota as logs and views spell it: `off` (no limit), `untouched` (None: the
+    plugin leaves it alone), else microseconds."""
+    return "untouched" if quota_us is None else "off" if quota_us == UNLIMITED_QUOTA else str(quota_us)

@@ -178,10 +178,6 @@ CPUHints = dict[str, list[TopologyHint] | None] | None
 """`{"cpu": hints}`: None = no preference, [] = impossible (every policy but best-effort then rejects)."""
 
 
-def _name(pod: Pod) -> str:
-    return f"{pod.namespace}/{pod.name}"
-
-
 class StaticCPUPolicy:
     """The static policy on one machine. Stateless itself: every call takes and returns a `CPUState`."""
 
@@ -442,13 +438,13 @@ class StaticCPUPolicy:
         """KEP-5526 `AllocatePod`: one bubble of the pod budget aligned to `hint`, carved into exclusive
         slices and the pod shared pool. A pod that already has a bubble keeps it (restart re-admission)."""
         if pod.resources is None:
-            raise InputError("pod-level resources", f"pod {_name(pod)} declares no .spec.resources")
+            raise InputError("pod-level resources", f"pod {pod.key} declares no .spec.resources")
         total = self.pod_guaranteed_cpus(pod)
         if total == 0 or pod.uid in state.pod_entries:
             return state
         violation = self.empty_shared_pool(pod)
         if violation is not None:
-            raise EmptyPodSharedPoolError.of(_name(pod), violation, CPU)
+            raise EmptyPodSharedPoolError.of(pod.key, violation, CPU)
         self._enforce_smt_alignment(state, total)
         try:
             bubble = self._allocate_cpus(state, total, hint.affinity, EMPTY)

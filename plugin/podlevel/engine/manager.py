@@ -44,7 +44,7 @@ from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quo
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
 from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
-from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy
+from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, container_requests
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
 from podlevel.engine.quantity import format_amount, format_bytes
@@ -86,6 +86,11 @@ class Assignment(StrEnum):
     NODE_EXCLUSIVE = "node_exclusive"
     NODE_SHARED = "node_shared"
 
+    @property
+    def exclusive(self) -> bool:
+        """The container's CPUs are its own: a slice of its pod's bubble, or taken from the node."""
+        return self in (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -111,6 +116,9 @@ class ContainerDecision:
     cpu_quota_us: int | None
     """-1 for exclusive CPUs; the leftover pod budget for the pod shared pool; None leaves the quota alone."""
     cpu_period_us: int
+    memory_own: bool = False
+    """The container's memory blocks are its own: in a pod-level pod, it requests memory of its own (the
+    rest share the pod's budget); elsewhere, the memory manager pinned blocks for it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +274,7 @@ class Engine:
         for resource, policy, hints in zip((CPU, MEMORY), (self._cpu, self._memory), providers, strict=True):
             violation = policy.empty_shared_pool(pod) if _has_impossible(hints) else None
             if violation is not None:
-                raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation, resource)
+                raise EmptyPodSharedPoolError.of(pod.key, violation, resource)
 
     def _admit_classic_pod_scope(
         self, state: NodeState, pod: Pod, trace: list[Alignment] | None
@@ -389,6 +397,7 @@ class Engine:
         bubble_mems = self._bubble_mems(state, pod_uid)
         entries = state.cpu.entries.get(pod_uid, {})
         shared_pool = self.node_shared_pool(state)
+        pod_level_memory = pod_uid in state.memory.pod_entries
         exclusive: Mapping[str, int] = {}
         if bubble is not None:
             exclusive = {c.name: self._cpu.guaranteed_cpus(pod, c) for c in pod.all_containers}
@@ -416,6 +425,8 @@ class Engine:
                     mems=tuple(sorted(mems)) if mems else self._all_mems,
                     cpu_quota_us=quota,
                     cpu_period_us=self.config.cpu_period_us,
+                    memory_own=(bool(container_requests(pod, container)) if pod_level_memory
+                                else bool(state.memory.blocks(pod_uid, container.name))),
                 )
             )
         return PodDecision(pod=pod, bubble_cpus=bubble, bubble_mems=bubble_mems, containers=tuple(containers))

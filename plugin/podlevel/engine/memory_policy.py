@@ -296,7 +296,7 @@ class StaticMemoryPolicy:
         budget = pod_requests(pod)
         violation = self.empty_shared_pool(pod)
         if violation is not None:
-            raise EmptyPodSharedPoolError.of(f"{pod.namespace}/{pod.name}", violation, MEMORY)
+            raise EmptyPodSharedPoolError.of(pod.key, violation, MEMORY)
         if not budget:
             return state
         nodes = nodes_of(self._resolve(state, pod, budget, hint))

@@ -115,6 +115,11 @@ class Pod:
     def all_containers(self) -> tuple[Container, ...]:
         return self.init_containers + self.containers
 
+    @property
+    def key(self) -> str:
+        """`namespace/name`, as Kubernetes names a pod in its messages."""
+        return f"{self.namespace}/{self.name}"
+
     def phases(self) -> tuple[Phase, ...]:
         """The pod's phases in the order they run; the last one (sidecars and apps) is always there."""
         phases = self._phases

@@ -18,6 +18,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Final
 
 from podlevel.engine.errors import InputError
@@ -34,6 +35,15 @@ _ANNOTATIONS: Final = "/metadata/annotations"
 _SHAPE_POINTER: Final = f"{_ANNOTATIONS}/{SHAPE_ANNOTATION.replace('~', '~0').replace('/', '~1')}"
 
 
+class Action(StrEnum):
+    """What the answer does to the pod-shape annotation."""
+
+    SET = "set"
+    REPLACED = "replaced"
+    REMOVED = "removed"
+    UNCHANGED = "unchanged"
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """The response document, what was done (for the log), and why the pod was left alone, if it was."""
@@ -41,8 +51,7 @@ class Answer:
     body: bytes
     pod: str
     """`namespace/name` (or `namespace/generateName*`) of the pod, "-" when the review names none."""
-    action: str
-    """"set", "replaced", "removed" or "unchanged"."""
+    action: Action
     note: str | None = None
 
 
@@ -63,7 +72,12 @@ def review(body: bytes) -> Answer:
 
 def unchanged(uid: str, pod: str, note: str) -> Answer:
     """Allow the pod as it was sent; `note` says why."""
-    return Answer(_response(uid, []), _line(pod), "unchanged", _line(note))
+    return Answer(_response(uid, []), _line(pod), Action.UNCHANGED, _line(note))
+
+
+def unreadable(note: str) -> Answer:
+    """Allow a review that could not even be read (so names no request and no pod); `note` says why."""
+    return unchanged("", "-", note)
 
 
 def _line(text: str) -> str:
@@ -106,7 +120,7 @@ def _pod_title(request: Mapping[str, object]) -> str:
     return f"{namespace}/{name or '-'}"
 
 
-def _patch(request: Mapping[str, object]) -> tuple[list[dict[str, object]], str, str | None]:
+def _patch(request: Mapping[str, object]) -> tuple[list[dict[str, object]], Action, str | None]:
     """(JSON Patch, action, note): the annotation the pod must carry, and nothing else."""
     kind = request.get("kind")
     resource = request.get("resource")
@@ -138,18 +152,18 @@ def _patch(request: Mapping[str, object]) -> tuple[list[dict[str, object]], str,
         note = f"spec breaks an API rule, no pod shape: {err}"
     if shape is None:
         if not present:
-            return [], "unchanged", note
-        return [{"op": "remove", "path": _SHAPE_POINTER}], "removed", note
+            return [], Action.UNCHANGED, note
+        return [{"op": "remove", "path": _SHAPE_POINTER}], Action.REMOVED, note
     if "metadata" not in obj:
         metadata_value = {"annotations": {SHAPE_ANNOTATION: shape}}
-        return [{"op": "add", "path": "/metadata", "value": metadata_value}], "set", None
+        return [{"op": "add", "path": "/metadata", "value": metadata_value}], Action.SET, None
     if annotations is None:
-        return [{"op": "add", "path": _ANNOTATIONS, "value": {SHAPE_ANNOTATION: shape}}], "set", None
+        return [{"op": "add", "path": _ANNOTATIONS, "value": {SHAPE_ANNOTATION: shape}}], Action.SET, None
     if not present:
-        return [{"op": "add", "path": _SHAPE_POINTER, "value": shape}], "set", None
+        return [{"op": "add", "path": _SHAPE_POINTER, "value": shape}], Action.SET, None
     if annotations[SHAPE_ANNOTATION] == shape:
-        return [], "unchanged", None
-    return [{"op": "replace", "path": _SHAPE_POINTER, "value": shape}], "replaced", None
+        return [], Action.UNCHANGED, None
+    return [{"op": "replace", "path": _SHAPE_POINTER, "value": shape}], Action.REPLACED, None
 
 
 def _shape(spec: Mapping[str, object], title: str) -> str:

@@ -9,3 +9,8 @@ from typing import Final
 DEFAULT_PODRESOURCES_SOCKET: Final = Path("/var/lib/nri-podlevel/pod-resources.sock")
 """Where `nri-podlevel run` serves PodResources unless told otherwise (here, so that reading the default does
 not load gRPC)."""
+DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:9808"
+"""The probes and `/metrics` (the DaemonSet's probes and PodMonitor name its port)."""
+DEFAULT_DEBUG_ADDRESS: Final = "127.0.0.1:9809"
+"""The operator views name every pod and its CPUs: loopback by default, so a pod network never carries them
+(`kubectl exec` into the agent reaches them; `show`, `check`, `explain` and `simulate --node` ask there)."""

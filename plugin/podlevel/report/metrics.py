@@ -46,10 +46,9 @@ from podlevel.engine.errors import (
     InputError,
 )
 from podlevel.engine.manager import Assignment, NodeState, PodDecision
-from podlevel.engine.memory_policy import container_requests
 from podlevel.engine.pod import CPU, MEMORY
+from podlevel.httpd import Query, Reply, Route
 from podlevel.nri import StubObserver
-from podlevel.report.http import Query, Reply, Route
 
 RESOURCES: Final = (CPU, MEMORY)
 REPAIRED_FIELDS: Final = ("cpus", "mems", "quota")
@@ -144,18 +143,14 @@ class PluginMetrics(Observer, StubObserver):
             if source is not None:
                 self._allocations[CPU, source].inc()
                 self._assignments[CPU, container.assignment].inc()
-        memory = state.memory
-        uid = decision.pod.uid
-        if uid in memory.pod_entries:
+        if decision.pod.uid in state.memory.pod_entries:
             for container in decision.containers:
-                spec = decision.pod.container(container.name)
-                exclusive = spec is not None and bool(container_requests(decision.pod, spec))
                 self._allocations[MEMORY, "pod"].inc()
-                kind = Assignment.POD_EXCLUSIVE if exclusive else Assignment.POD_SHARED
+                kind = Assignment.POD_EXCLUSIVE if container.memory_own else Assignment.POD_SHARED
                 self._assignments[MEMORY, kind].inc()
             return
         for container in decision.containers:
-            if memory.blocks(uid, container.name):
+            if container.memory_own:
                 self._allocations[MEMORY, "node"].inc()
                 self._assignments[MEMORY, Assignment.NODE_EXCLUSIVE].inc()
 

@@ -18,17 +18,13 @@ other pod, the containers the runtime has created, in that order.
 
 Every answer reads one `NodeSnapshot`, taken once per call, so it is consistent and never waits on an event.
 
-gRPC is loaded only when the first client connects (`PodResourcesServer`): most nodes never ask, and it
-would be a third of the plugin's memory and a good part of its start-up.
+gRPC is loaded only when the first client connects (`podresources_socket`, `report.lazy_grpc`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
-import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -38,11 +34,11 @@ from podlevel.agent.placement import Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
-from podlevel.engine.manager import Assignment
-from podlevel.engine.memory_policy import MemoryBlock, container_requests
+from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.pod import ContainerKind
 from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
-from podlevel.report.unix_socket import bind_private, group_id, remove_if_same, warn_if_unreachable
+from podlevel.report.lazy_grpc import LazyGrpcSocket
+from podlevel.report.unix_socket import group_id, warn_if_unreachable
 
 if TYPE_CHECKING:
     import grpc
@@ -52,10 +48,7 @@ log = logging.getLogger("podlevel.report")
 KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 """The kubelet's own socket: never taken over, consumers must be able to ask either."""
 SOCKET_FLAG: Final = "--podresources-socket"
-STOP_GRACE_S: Final = 1.0
-RELAY_CHUNK: Final = 1 << 16
 
-_EXCLUSIVE: Final = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
 _LISTED_KINDS: Final = (ContainerKind.SIDECAR, ContainerKind.APP)
 
 
@@ -94,9 +87,9 @@ def pod_resources(snapshot: NodeSnapshot, sandbox: Sandbox) -> pb.PodResources:
             continue
         entry = pb.ContainerResources(name=container.name)
         decision = decisions.get(container.name)
-        if decision is not None and decision.assignment in _EXCLUSIVE:
+        if decision is not None and decision.assignment.exclusive:
             entry.cpu_ids.extend(decision.cpus.sorted())
-        if pod_blocks is None or container_requests(pod, container):
+        if decision is not None and decision.memory_own:
             entry.memory.extend(memory_of(state.memory.blocks(pod.uid, container.name) or ()))
         answer.containers.append(entry)
     return answer
@@ -142,137 +135,22 @@ def allocatable_response(snapshot: NodeSnapshot) -> pb.AllocatableResourcesRespo
     return pb.AllocatableResourcesResponse(cpu_ids=cpus.sorted(), memory=memory_of(blocks))
 
 
-class PodResourcesServer:
+def podresources_socket(path: Path, snapshot: Callable[[], NodeSnapshot], *,
+                        group: str = "") -> LazyGrpcSocket:
     """The service on a unix socket at `path`, mode 0600 (0660 for `group`, a name or a number), listening
-    from construction (so a bad path fails at start-up) and answering from `start()` until `stop()`.
+    now (so a bad path fails at start-up), gRPC loaded at the first client (`lazy_grpc`)."""
+    path = Path(os.path.abspath(path))
+    if os.path.realpath(path) == os.path.realpath(KUBELET_SOCKET):
+        raise InputError(SOCKET_FLAG, f"{path} is the kubelet's own PodResources socket; the plugin "
+                         f"needs a path of its own (default {DEFAULT_PODRESOURCES_SOCKET})")
+    gid = group_id(group) if group else None
 
-    Until a client connects, the socket is a plain listener. The first connection loads gRPC and starts its
-    server, bound the same private way and renamed over the listener, so later clients reach gRPC directly;
-    the connections the listener took before are relayed to it, byte for byte, for as long as they last.
-    """
-
-    def __init__(self, path: Path, snapshot: Callable[[], NodeSnapshot], *, group: str = "") -> None:
-        self.path = Path(os.path.abspath(path))
-        if os.path.realpath(self.path) == os.path.realpath(KUBELET_SOCKET):
-            raise InputError(SOCKET_FLAG, f"{path} is the kubelet's own PodResources socket; the plugin "
-                             f"needs a path of its own (default {DEFAULT_PODRESOURCES_SOCKET})")
-        self._gid = group_id(group) if group else None
-        self._snapshot = snapshot
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._created = bind_private(self.path, self._listen, gid=self._gid, rule=SOCKET_FLAG)
-        except BaseException:
-            self._listener.close()
-            raise
-        if self._gid is not None:
-            warn_if_unreachable(self.path, self._gid)
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._server: grpc.Server | None = None
-        self._relayed: list[socket.socket] = []
-        self._waiting: threading.Thread | None = None
-
-    def _listen(self, address: str) -> None:
-        try:
-            self._listener.bind(address.removeprefix("unix:"))
-            self._listener.listen()
-        except OSError as err:
-            raise InputError(SOCKET_FLAG, f"cannot listen on {self.path}: {err.strerror}") from None
-
-    def start(self) -> None:
-        self._waiting = threading.Thread(target=self._first_client, name="podresources", daemon=True)
-        self._waiting.start()
-        log.info("serving PodResources v1 on unix:%s", self.path)
-
-    def _first_client(self) -> None:
-        try:
-            first, _ = self._listener.accept()
-        except OSError:  # stop() shut the listener down
-            return
-        with self._lock:
-            if self._stopped:
-                first.close()
-                return
-            try:
-                self._start_grpc()
-            except Exception as err:  # whatever stops gRPC, the waiting clients get their socket closed
-                log.error("cannot serve PodResources v1 on unix:%s: %s", self.path, err)
-                first.close()
-                self._listener.close()
-                return
-            # After the rename: whoever connects from now on reaches gRPC, the backlog is complete.
-            taken = [first, *self._pending()]
-            self._listener.close()
-            for connection in taken:
-                self._relay(connection)
-
-    def _pending(self) -> list[socket.socket]:
-        """The connections already waiting in the listener's backlog."""
-        self._listener.setblocking(False)
-        taken = []
-        with contextlib.suppress(OSError):
-            while True:
-                taken.append(self._listener.accept()[0])
-        return taken
-
-    def _start_grpc(self) -> None:
+    def make_server() -> grpc.Server:
         from podlevel.report.podresources_grpc import grpc_server
 
-        server = grpc_server(self._snapshot)
+        return grpc_server(snapshot)
 
-        def bind(address: str) -> None:
-            try:
-                server.add_insecure_port(address)
-            except RuntimeError as err:
-                raise InputError(SOCKET_FLAG, f"cannot listen on {self.path}: {err}") from None
-
-        self._created = bind_private(self.path, bind, gid=self._gid, rule=SOCKET_FLAG)
-        server.start()
-        self._server = server
-        log.info("PodResources v1: gRPC started for the first client")
-
-    def _relay(self, client: socket.socket) -> None:
-        """Carry one connection the listener took to the gRPC server, each way on its own thread."""
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.connect(str(self.path))
-        except OSError as err:
-            log.warning("PodResources v1: cannot relay a connection to unix:%s: %s", self.path, err)
-            upstream.close()
-            client.close()
-            return
-        self._relayed += [client, upstream]
-        to_server = threading.Thread(target=_copy, args=(client, upstream), daemon=True)
-        to_server.start()
-        threading.Thread(target=self._copy_back, args=(upstream, client, to_server), daemon=True).start()
-
-    def _copy_back(self, upstream: socket.socket, client: socket.socket, to_server: threading.Thread) -> None:
-        _copy(upstream, client)
-        to_server.join()
-        with self._lock:
-            for end in (client, upstream):
-                self._relayed.remove(end)
-                end.close()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            server = self._server
-            for end in [self._listener, *self._relayed]:
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-        if self._waiting is not None:
-            self._waiting.join()
-        self._listener.close()
-        if server is not None:
-            server.stop(STOP_GRACE_S).wait()
-        remove_if_same(self.path, self._created)
-
-
-def _copy(source: socket.socket, sink: socket.socket) -> None:
-    """Bytes from `source` to `sink` until `source` ends (or either fails), then end `sink`'s direction."""
-    with contextlib.suppress(OSError):
-        while data := source.recv(RELAY_CHUNK):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
+    served = LazyGrpcSocket(path, make_server, gid=gid, rule=SOCKET_FLAG, what="PodResources v1")
+    if gid is not None:
+        warn_if_unreachable(path, gid)
+    return served

@@ -71,7 +71,6 @@ from podlevel.engine.bitmask import nodes_of
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.explain import Explanation, explain
 from podlevel.engine.manager import (
-    Assignment,
     ContainerDecision,
     Engine,
     EngineConfig,
@@ -81,8 +80,8 @@ from podlevel.engine.manager import (
 from podlevel.engine.memory_policy import MemoryBlock, MemoryState
 from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import ProviderHints, TopologyHint
+from podlevel.httpd import JSON, Query, Reply, Route
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
-from podlevel.report.http import JSON, Query, Reply, Route
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import encode
 
@@ -171,7 +170,7 @@ def _exclusive(engine: Engine, state: NodeState) -> CPUSet:
         c.cpus
         for uid in state.pods
         for c in engine.decision(state, uid).containers
-        if c.assignment in (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
+        if c.assignment.exclusive
     )
 
 
@@ -270,7 +269,7 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
             "name": name,
             "assignment": settings.assignment.value,
             "cpus": str(settings.cpus),
-            "mems": settings.mems_text,
+            "mems": nodes_text(settings.mems),
             "cpu_quota_us": settings.cpu_quota_us,
             "cpu_period_us": settings.cpu_period_us,
             "cgroups_path": snapshot.cgroups_paths.get(container_id),

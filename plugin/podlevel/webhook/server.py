@@ -10,29 +10,26 @@ out after `timeout` seconds (default `REQUEST_TIMEOUT_S`); both are answered lik
 webhook cannot read, by allowing the pod unchanged and logging why. Handshakes happen on the connection's
 own thread, never in the accept loop, so a slow client delays only itself.
 
-Stopping (`drain`, on SIGTERM): no new connection is accepted, an idle kept-alive connection is closed, a
-review being read or answered is finished and its answer says `Connection: close`, all within a bound below
-the Deployment's grace period, so a rollout never cuts a review the API server is waiting for.
+Stopping is the server's `drain` (`podlevel.httpd`), on SIGTERM, within `DRAIN_TIMEOUT_S`: below the
+Deployment's grace period, so a rollout never cuts a review the API server is waiting for.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
 import ssl
 import sys
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from podlevel.podspec.admission import MAX_REVIEW_BYTES, NOTE_LIMIT, Answer, review, unchanged
+from podlevel.httpd import JSON, Handler, Query, Reply, Server
+from podlevel.podspec.admission import MAX_REVIEW_BYTES, NOTE_LIMIT, Action, Answer, review, unreadable
 
-log = logging.getLogger("podlevel.webhook")
+log = logging.getLogger(__name__)
 
 MUTATE_PATH: Final = "/mutate"
 HEALTH_PATH: Final = "/healthz"
@@ -83,55 +80,18 @@ class CertificateReloader:
         return context
 
 
-class WebhookServer(ThreadingHTTPServer):
-    """The threaded HTTPS server: `serve_forever()` until `shutdown()`; one thread per connection."""
+class WebhookServer(Server):
+    """The HTTPS server (`podlevel.httpd`): TLS per connection, `/healthz`, and the reviews on POST."""
 
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], certificates: CertificateReloader, *,
+    def __init__(self, address: str, certificates: CertificateReloader, *,
                  timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.certificates = certificates
-        self.draining = False
-        self._connections: dict[socket.socket, bool] = {}
-        """Open connections -> whether a review is being read or answered on it."""
-        self._changed = threading.Condition()
-        super().__init__(address, type("Handler", (_Handler,), {"timeout": timeout}))
-
-    def track(self, connection: socket.socket, busy: bool) -> None:
-        """A connection opened, started or finished a review; closed at once when idle while draining."""
-        with self._changed:
-            self._connections[connection] = busy
-            if self.draining and not busy:
-                _close_reading(connection)
-
-    def connections(self) -> tuple[int, int]:
-        """How many connections are open, and how many of them have a review in flight."""
-        with self._changed:
-            return len(self._connections), sum(self._connections.values())
-
-    def untrack(self, connection: socket.socket) -> None:
-        with self._changed:
-            self._connections.pop(connection, None)
-            self._changed.notify_all()
-
-    def drain(self, timeout: float = DRAIN_TIMEOUT_S) -> int:
-        """Stop accepting, close the idle connections, let the reviews in flight finish (each answer closes
-        its connection); returns how many connections were still open when `timeout` ran out."""
-        self.shutdown()
-        with self._changed:
-            self.draining = True
-            for connection, busy in self._connections.items():
-                if not busy:
-                    _close_reading(connection)
-            self._changed.wait_for(lambda: not self._connections, timeout)
-            left = len(self._connections)
-        self.server_close()
-        return left
+        super().__init__(address, {HEALTH_PATH: _healthz}, handler=_Handler, request_timeout=timeout,
+                         name="webhook")
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"https://{host!s}:{port}{MUTATE_PATH}"
+        return super().url.replace("http://", "https://", 1) + MUTATE_PATH
 
     def get_request(self) -> tuple[Any, Any]:
         connection, peer = super().get_request()
@@ -146,88 +106,48 @@ class WebhookServer(ThreadingHTTPServer):
         log.warning("connection from %s failed: %s", client_address[0], error)
 
 
-def _close_reading(connection: socket.socket) -> None:
-    """End the wait for a next request on an idle connection (its thread reads EOF and finishes)."""
-    with contextlib.suppress(OSError):  # already closed by the peer
-        connection.shutdown(socket.SHUT_RD)
+def _healthz(_: Query) -> Reply:
+    return Reply(HTTPStatus.OK, b"ok\n")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "nri-podlevel"
+class _Handler(Handler):
     protocol_version = "HTTP/1.1"  # the API server keeps its connections to a webhook open
-    timeout = REQUEST_TIMEOUT_S
 
-    server: WebhookServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.request.do_handshake()
-        self.server.track(self.request, busy=False)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.untrack(self.request)
-
-    def parse_request(self) -> bool:
-        self.server.track(self.request, busy=True)  # a request line arrived: this review is in flight
-        return super().parse_request()
-
-    def do_GET(self) -> None:
-        if urlsplit(self.path).path == HEALTH_PATH:
-            self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
-        else:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+    def opened(self) -> None:
+        self.request.do_handshake()  # on the connection's own thread, within its timeout
 
     def do_POST(self) -> None:
         if urlsplit(self.path).path != MUTATE_PATH:
             self.close_connection = True
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
+            self.send(Reply(HTTPStatus.NOT_FOUND, f"no such path: {urlsplit(self.path).path}\n".encode()))
             return
         answer = self._review()
         _log(answer)
-        self._send(HTTPStatus.OK, answer.body, "application/json")
+        self.send(Reply(HTTPStatus.OK, answer.body, JSON))
 
     def _review(self) -> Answer:
         length = self.headers.get("Content-Length", "")
         if not (length.isascii() and length.isdigit()):
             self.close_connection = True
-            return unchanged("", "-", f"request without a usable Content-Length ({length[:20]!r})")
+            return unreadable(f"request without a usable Content-Length ({length[:20]!r})")
         if int(length) > MAX_REVIEW_BYTES:
             self.close_connection = True  # the body is left unread
-            return unchanged("", "-", f"review of {length} bytes is over the {MAX_REVIEW_BYTES}-byte limit")
+            return unreadable(f"review of {length} bytes is over the {MAX_REVIEW_BYTES}-byte limit")
         try:
             body = self.rfile.read(int(length))
         except (TimeoutError, OSError) as err:
             self.close_connection = True
-            return unchanged("", "-", f"cannot read the review: {err or type(err).__name__}")
+            return unreadable(f"cannot read the review: {err or type(err).__name__}")
         if len(body) < int(length):
             self.close_connection = True
-            return unchanged("", "-", f"review truncated: {len(body)} of {length} bytes")
+            return unreadable(f"review truncated: {len(body)} of {length} bytes")
         return review(body)
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        if self.server.draining:
-            self.close_connection = True
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-        if not self.close_connection:
-            self.server.track(self.request, busy=False)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
 
 
 def _log(answer: Answer) -> None:
     if answer.note is not None:
         log.warning("pod %s: pod-shape annotation %s: %s", answer.pod, answer.action, answer.note)
-    elif answer.action != "unchanged":
+    elif answer.action is not Action.UNCHANGED:
         log.info("pod %s: pod-shape annotation %s", answer.pod, answer.action)
     else:
         log.debug("pod %s: nothing to change", answer.pod)

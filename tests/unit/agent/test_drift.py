@@ -13,6 +13,7 @@ from podlevel.agent.events import Observer
 from podlevel.agent.placement import Settings
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.engine.cfs import UNLIMITED_QUOTA
+from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
 from support.builders import three_pods
 
@@ -34,7 +35,7 @@ def lay_out(plugin: PodLevelPlugin, root: Path) -> dict[str, Path]:
         directory = root / snapshot.cgroups_paths[container_id].lstrip("/")
         directory.mkdir(parents=True)
         (directory / "cpuset.cpus").write_text(f"{settings.cpus}\n")
-        (directory / "cpuset.mems").write_text(f"{settings.mems_text}\n")
+        (directory / "cpuset.mems").write_text(f"{CPUSet(settings.mems)}\n")
         quota = settings.cpu_quota_us
         (directory / "cpu.max").write_text(
             f"{'max' if quota in (None, UNLIMITED_QUOTA) else quota} {settings.cpu_period_us}\n")

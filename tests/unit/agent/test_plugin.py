@@ -33,7 +33,7 @@ def test_create_answers_with_the_adjustment_and_moves_the_node_shared_pool(plugi
     web = sandbox(None)
     first = plugin.create_container(web, container(web, "server"))
     assert first.adjust is not None and list(first.updates) == []
-    assert (first.adjust.linux.resources.cpu.cpus, first.adjust.linux.resources.cpu.mems) == ("0-15", "0,1")
+    assert (first.adjust.linux.resources.cpu.cpus, first.adjust.linux.resources.cpu.mems) == ("0-15", "0-1")
     assert not first.adjust.linux.resources.cpu.HasField("quota"), "the node shared pool keeps its quota"
 
     fast = sandbox(fast_path())
@@ -44,7 +44,7 @@ def test_create_answers_with_the_adjustment_and_moves_the_node_shared_pool(plugi
     app = plugin.placement.applied["fast-app"]
     assert app.assignment is Assignment.POD_EXCLUSIVE
     assert (cpu.cpus, cpu.mems, cpu.quota.value, cpu.period.value) == (
-        str(app.cpus), app.mems_text, UNLIMITED_QUOTA, CFS_PERIOD_US
+        str(app.cpus), str(CPUSet(app.mems)), UNLIMITED_QUOTA, CFS_PERIOD_US
     )
     [update] = result.updates
     pool = plugin.placement.engine.node_shared_pool(plugin.placement.state)

@@ -5,6 +5,8 @@ written; then with the endpoint gone (the checkpoint fallback)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +15,15 @@ from typing import Any
 import pytest
 
 from podlevel.agent.plugin import PodLevelPlugin
-from podlevel.cli.inspection import CgroupRow, ContainerRow, Drift, Expected, Found, Inspection, PodRow, Style
+from podlevel.cli.drift import Drift, Expected, Found
+from podlevel.cli.inspection import CgroupRow, ContainerRow, Inspection, PodRow
+from podlevel.cli.layout import Style
 from podlevel.cli.main import main
 from podlevel.cli.show import render
+from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR, TOPOLOGY_AFFINITY_ERROR
 from podlevel.engine.topology import from_spec
-from podlevel.report.http import ReportServer
+from podlevel.httpd import Server
 from podlevel.report.views import views
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
@@ -31,7 +36,7 @@ SYSFS = "/nonexistent-sysfs"
 @dataclass
 class Node:
     plugin: PodLevelPlugin
-    server: ReportServer
+    server: Server
     state_dir: Path
     cgroup_root: Path
 
@@ -70,11 +75,11 @@ def node(tmp_path: Path) -> Iterator[Node]:
     for container_id, settings in view.applied.items():
         quota = -1 if settings.cpu_quota_us is None else settings.cpu_quota_us
         path = plugin.snapshot.cgroups_paths[container_id]
-        write_cgroup(root, path, str(settings.cpus), settings.mems_text, quota)
+        write_cgroup(root, path, str(settings.cpus), str(CPUSet(settings.mems)), quota)
     for wanted in plugin.snapshot.pod_cgroups.values():
         write_cgroup(root, wanted.cgroup_parent, str(wanted.cpus), "0", -1)
     write_cgroup(root, "/kubepods/poduid-web", "0-15", "0-1", -1)
-    server = ReportServer("127.0.0.1:0", views(lambda: plugin.snapshot, plugin.placement.decisions))
+    server = Server("127.0.0.1:0", views(lambda: plugin.snapshot, plugin.placement.decisions))
     server.start()
     try:
         yield Node(plugin, server, tmp_path / "state", root)
@@ -136,7 +141,7 @@ def test_show_lists_pods_and_containers_beside_their_cgroups(
     rows = {line.split()[0]: line.split() for line in lines if line.startswith("  ")}
     assert rows["app"] == ["app", "pod_exclusive", "1,9", "0", "max", "1,9", "0", "max"]
     assert rows["(pod"][2:] == ["bubble", "1-2,9-10", "0", "max", "1-2,9-10", "0", "max"]
-    assert rows["server"] == ["server", "node_shared", "0,3-8,11-15", "0,1", "-", "0,3-8,11-15", "0-1", "max"]
+    assert rows["server"] == ["server", "node_shared", "0,3-8,11-15", "0-1", "-", "0,3-8,11-15", "0-1", "max"]
     assert any(line.startswith(f"default/no-room refused: {EMPTY_POD_SHARED_POOL_ERROR}:") for line in lines)
     assert lines[-1] == "no drift"
 
@@ -239,3 +244,16 @@ def test_formatting_highlights_drifts_in_colour_or_with_a_mark() -> None:
     coloured = render(shown, Style(True))
     assert "\x1b[1;31m1\x1b[0m" in coloured
     assert plain.splitlines()[-1] == "drift (plugin and cgroup): /c/cpuset.cpus: expected 0, found 1"
+
+
+@pytest.mark.parametrize("command", ["show", "check", "explain", "simulate"])
+def test_an_operator_command_loads_none_of_the_daemon(command: str) -> None:
+    """A command an operator runs by hand (or a probe runs often) starts without the agent, NRI, ttrpc or the
+    checkpoint writer: it reads the endpoint, the files and the cgroups, nothing more."""
+    daemon = ("podlevel.cli.run", "podlevel.agent.plugin", "podlevel.nri", "podlevel.ttrpc",
+              "podlevel.state.writer")
+    probe = (f"import sys, podlevel.cli.{command}; "
+             f"print(' '.join(m for m in {daemon!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert loaded.stdout.split() == []

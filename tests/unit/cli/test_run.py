@@ -163,8 +163,8 @@ def test_bad_podresources_socket_exits_2(tmp_path: Path, flags: list[str], messa
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in flags]
     result = subprocess.run(
         [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock"),
-         "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--podresources-socket",
-         str(tmp_path / "pr.sock"), *argv],
+         "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--debug-address", "",
+         "--podresources-socket", str(tmp_path / "pr.sock"), *argv],
         capture_output=True, text=True, timeout=30, check=False, env={"PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 2, result.stderr
@@ -186,8 +186,8 @@ def test_the_agent_never_creates_what_group_or_others_may_write(inherited: int, 
 def test_sigterm_stops_the_agent_with_every_line_written(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock"),
-        "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--podresources-socket", "",
-        "--cgroup-root", "", "--log-format", "json",
+        "--state-dir", str(tmp_path / "state"), "--metrics-address", "", "--debug-address", "",
+        "--podresources-socket", "", "--cgroup-root", "", "--log-format", "json",
     ]
     with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"}) as agent:
         assert agent.stderr is not None

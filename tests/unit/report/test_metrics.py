@@ -16,9 +16,9 @@ from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.engine.topology_manager import Scope
+from podlevel.httpd import Server
 from podlevel.nri import RpcError
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
-from podlevel.report.http import ReportServer
 from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.store import StateDir
 from support.builders import GI, MI, app, container, fast_path, guaranteed, new_engine, pod, sandbox, v2_root
@@ -207,7 +207,7 @@ def test_every_instance_has_its_own_registry() -> None:
 
 def test_the_metrics_route_serves_the_text_format() -> None:
     _, metrics = plugin_with_metrics()
-    server = ReportServer("127.0.0.1:0", {"/metrics": metrics_route(metrics)})
+    server = Server("127.0.0.1:0", {"/metrics": metrics_route(metrics)})
     server.start()
     try:
         connection = http.client.HTTPConnection(*server.address, timeout=5)

@@ -25,11 +25,12 @@ from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import sandbox_resources
+from podlevel.report.lazy_grpc import LazyGrpcSocket
 from podlevel.report.podresources import (
     KUBELET_SOCKET,
-    PodResourcesServer,
     allocatable_response,
     list_response,
+    podresources_socket,
 )
 from podlevel.report.unix_socket import bind_private
 from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine, pod, sidecar
@@ -57,7 +58,7 @@ def by_name(snapshot: NodeSnapshot) -> dict[str, pb.PodResources]:
     return {p.name: p for p in list_response(snapshot).pod_resources}
 
 
-Served = tuple[PodResourcesServer, pb_grpc.PodResourcesListerStub]
+Served = tuple[LazyGrpcSocket, pb_grpc.PodResourcesListerStub]
 
 
 def cpus(values: object) -> str:
@@ -187,7 +188,7 @@ def test_allocatable_is_every_cpu_but_the_reserved_and_memory_per_node() -> None
 @pytest.fixture
 def served(pod_scope: Placement, tmp_path: Path) -> Iterator[Served]:
     snapshot = snapshot_of(pod_scope)
-    server = PodResourcesServer(tmp_path / "run" / "pod-resources.sock", lambda: snapshot)
+    server = podresources_socket(tmp_path / "run" / "pod-resources.sock", lambda: snapshot)
     server.start()
     channel = grpc.insecure_channel(f"unix:{server.path}")
     try:
@@ -247,7 +248,7 @@ def test_group_socket_is_0660_and_owned_by_the_group(
     group = other_group()
     given = group.gr_name if by == "name" else str(group.gr_gid)
     tmp_path.chmod(0o700)
-    server = PodResourcesServer(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group=given)
+    server = podresources_socket(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group=given)
     try:
         status = server.path.lstat()
         assert (stat.S_IMODE(status.st_mode), status.st_gid) == (0o660, group.gr_gid)
@@ -258,7 +259,7 @@ def test_group_socket_is_0660_and_owned_by_the_group(
 
 def test_unknown_group_is_refused(tmp_path: Path, pod_scope: Placement) -> None:
     with pytest.raises(InputError, match="no group named 'no-such-group-here'"):
-        PodResourcesServer(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group="no-such-group-here")
+        podresources_socket(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group="no-such-group-here")
 
 
 def test_the_socket_never_appears_at_its_path_before_it_is_private(tmp_path: Path) -> None:
@@ -284,7 +285,7 @@ def test_a_stale_socket_is_replaced_and_other_files_refused(tmp_path: Path, pod_
     path = tmp_path / "pr.sock"
     with socket.socket(socket.AF_UNIX) as stale:
         stale.bind(str(path))
-    server = PodResourcesServer(path, lambda: snapshot_of(pod_scope))
+    server = podresources_socket(path, lambda: snapshot_of(pod_scope))
     server.start()
     try:
         with grpc.insecure_channel(f"unix:{path}") as channel:
@@ -294,13 +295,13 @@ def test_a_stale_socket_is_replaced_and_other_files_refused(tmp_path: Path, pod_
         server.stop()
     path.write_text("not a socket")
     with pytest.raises(InputError, match="exists and is not a socket; refusing to replace it"):
-        PodResourcesServer(path, lambda: snapshot_of(pod_scope))
+        podresources_socket(path, lambda: snapshot_of(pod_scope))
     assert path.read_text() == "not a socket"
 
 
 def test_the_kubelets_socket_is_refused(pod_scope: Placement) -> None:
     with pytest.raises(InputError, match="is the kubelet's own PodResources socket"):
-        PodResourcesServer(KUBELET_SOCKET, lambda: snapshot_of(pod_scope))
+        podresources_socket(KUBELET_SOCKET, lambda: snapshot_of(pod_scope))
 
 
 def test_grpc_is_loaded_only_when_a_client_connects(tmp_path: Path) -> None:
@@ -308,13 +309,13 @@ def test_grpc_is_loaded_only_when_a_client_connects(tmp_path: Path) -> None:
     relayed, and later clients reach gRPC itself."""
     script = f"""
 import sys
-from podlevel.report.podresources import PodResourcesServer
+from podlevel.report.podresources import podresources_socket
 from support.builders import new_engine
 from podlevel.agent.placement import Placement
 from podlevel.agent.snapshot import NodeSnapshot
 engine = new_engine()
 snapshot = NodeSnapshot(engine, Placement(engine).view())
-server = PodResourcesServer(__import__("pathlib").Path({str(tmp_path / "pr.sock")!r}), lambda: snapshot)
+server = podresources_socket(__import__("pathlib").Path({str(tmp_path / "pr.sock")!r}), lambda: snapshot)
 server.start()
 print("grpc" in sys.modules, flush=True)
 sys.stdin.readline()

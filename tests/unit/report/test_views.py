@@ -9,8 +9,8 @@ import pytest
 
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
+from podlevel.httpd import Route
 from podlevel.podspec.manifest import from_annotation
-from podlevel.report.http import Route
 from podlevel.report.views import views
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import decode

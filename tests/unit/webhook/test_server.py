@@ -22,7 +22,7 @@ from cryptography import x509
 
 from podlevel.podspec.admission import MAX_REVIEW_BYTES
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
-from podlevel.webhook.server import CertificateReloader, WebhookServer
+from podlevel.webhook.server import DRAIN_TIMEOUT_S, CertificateReloader, WebhookServer
 from support.builders import EXAMPLES
 from testbed.apiserver import SERVICE_NAME, WebhookProcess, create_request, with_api_defaults
 from testbed.tls import TestCA
@@ -189,8 +189,8 @@ def test_a_stop_finishes_the_review_in_flight_and_closes_idle_connections(tmp_pa
     nothing is left open."""
     ca = TestCA(tmp_path)
     serving = ca.issue(SERVICE_NAME)
-    server = WebhookServer(("127.0.0.1", 0), CertificateReloader(serving.cert_file, serving.key_file))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = WebhookServer("127.0.0.1:0", CertificateReloader(serving.cert_file, serving.key_file))
+    server.start()
     client = ssl.create_default_context(cafile=str(ca.ca_file))
     client.check_hostname = False
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -206,7 +206,7 @@ def test_a_stop_finishes_the_review_in_flight_and_closes_idle_connections(tmp_pa
         busy.sendall(head + body[:100])
         wait_until(lambda: server.connections() == (2, 1), LOG_TIMEOUT_S, "the half-sent review in flight")
         drained: list[int] = []
-        stopping = threading.Thread(target=lambda: drained.append(server.drain()))
+        stopping = threading.Thread(target=lambda: drained.append(server.drain(DRAIN_TIMEOUT_S)))
         stopping.start()
         assert idle.recv(65536) == b"", "the idle connection is closed"
         busy.sendall(body[100:])

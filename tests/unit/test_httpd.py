@@ -1,13 +1,17 @@
-"""report.http: the probes and the routing of the plugin's HTTP endpoint, over a real socket on loopback."""
+"""httpd: routing, limits and the stop of the project's HTTP server, with the probes on it, over a real socket
+on loopback."""
 
 from __future__ import annotations
 
 import http.client
+import socket
 from collections.abc import Iterator
 
 import pytest
 
-from podlevel.report.http import JSON, Query, Reply, ReportServer, parse_address, probes
+from podlevel.httpd import JSON, Query, Reply, Server, parse_address
+from podlevel.report.probes import probes
+from testbed.wait import wait_until
 
 
 @pytest.fixture
@@ -16,14 +20,15 @@ def ready() -> list[str | None]:
 
 
 @pytest.fixture
-def server(ready: list[str | None]) -> Iterator[ReportServer]:
+def server(ready: list[str | None]) -> Iterator[Server]:
     def echo(query: Query) -> Reply:
         return Reply(200, repr(sorted(query.items())).encode(), JSON)
 
     def broken(_: Query) -> Reply:
         raise RuntimeError("view failed")
 
-    running = ReportServer("127.0.0.1:0", {**probes(lambda: ready[0]), "/echo": echo, "/broken": broken})
+    running = Server("127.0.0.1:0", {**probes(lambda: ready[0]), "/echo": echo, "/broken": broken},
+                     request_timeout=0.5)
     running.start()
     try:
         yield running
@@ -31,7 +36,7 @@ def server(ready: list[str | None]) -> Iterator[ReportServer]:
         running.stop()
 
 
-def get(server: ReportServer, path: str, method: str = "GET") -> tuple[int, str, str]:
+def get(server: Server, path: str, method: str = "GET") -> tuple[int, str, str]:
     connection = http.client.HTTPConnection(*server.address, timeout=5)
     try:
         connection.request(method, path)
@@ -42,7 +47,7 @@ def get(server: ReportServer, path: str, method: str = "GET") -> tuple[int, str,
 
 
 def test_healthz_answers_while_readyz_waits_for_the_runtime(
-    server: ReportServer, ready: list[str | None]
+    server: Server, ready: list[str | None]
 ) -> None:
     assert get(server, "/healthz")[::2] == (200, "ok\n")
     waiting = "not ready: not registered and synchronized with the runtime\n"
@@ -51,13 +56,13 @@ def test_healthz_answers_while_readyz_waits_for_the_runtime(
     assert get(server, "/readyz")[::2] == (200, "ok\n")
 
 
-def test_routes_get_the_query_and_their_content_type(server: ReportServer) -> None:
+def test_routes_get_the_query_and_their_content_type(server: Server) -> None:
     assert get(server, "/echo?pod=a&pod=b") == (200, JSON, "[('pod', ['a', 'b'])]")
     assert get(server, "/echo", "HEAD") == (200, JSON, "")
 
 
 def test_unknown_paths_other_methods_and_broken_views_answer_without_killing_the_server(
-    server: ReportServer,
+    server: Server,
 ) -> None:
     assert get(server, "/nowhere")[::2] == (404, "no such path: /nowhere\n")
     assert get(server, "/healthz", "POST")[0] == 501
@@ -73,3 +78,19 @@ def test_a_bad_address_is_refused_naming_it(address: str) -> None:
 
 def test_ipv6_addresses_in_brackets() -> None:
     assert parse_address("[::1]:9808") == ("::1", 9808)
+
+
+def test_a_silent_client_is_cut_off_after_the_request_timeout(server: Server) -> None:
+    """A connection that never sends its request holds its thread only for `request_timeout`."""
+    with socket.create_connection(server.address, timeout=10) as silent:
+        assert silent.recv(1) == b"", "closed by the server, not by the client's own 10 s timeout"
+    wait_until(lambda: server.connections() == (0, 0), 5, "the silent connection forgotten")
+
+
+def test_a_drain_closes_idle_connections_and_stops_accepting(server: Server) -> None:
+    with socket.create_connection(server.address, timeout=10) as idle:
+        wait_until(lambda: server.connections() == (1, 0), 5, "the connection accepted")
+        assert server.drain(timeout=5) == 0
+        assert idle.recv(1) == b""
+    with pytest.raises(OSError):
+        socket.create_connection(server.address, timeout=2).close()
