@@ -16,7 +16,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, _Undo, kubelet_quota
+from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, _Undo
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment
@@ -24,6 +24,7 @@ from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
+from podlevel.podspec.shape_check import kubelet_quota
 from support.builders import MI, app, burstable, guaranteed, new_engine, pod, sidecar
 from support.fuzzing import fuzz_settings
 

@@ -15,8 +15,6 @@ from podlevel.agent.placement import (
     Resync,
     Sandbox,
     Settings,
-    claimed_container,
-    claimed_sandbox,
 )
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
@@ -25,6 +23,7 @@ from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
+from podlevel.podspec.shape_check import claimed_container, claimed_sandbox
 from support.builders import GI, MI, app, burstable, fast_path, guaranteed, new_engine
 from support.builders import pod as make_pod
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
