@@ -78,9 +78,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 
 from google.protobuf.message import Message
 
-from podlevel.agent.placement import Placement, Settings
+from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.records import Settings
 from podlevel.cli.logs import configure_logging
 from podlevel.cli.run import plugin_metrics, report_servers
 from podlevel.engine.cpuset import CPUSet
@@ -853,7 +854,7 @@ def sync_node(spec: str) -> tuple[list[api.PodSandbox], list[api.Container], dic
             listed.append(container_message(pod, sandbox, container))
             placement.create(sandbox_of(sandbox), listed[-1].id, container.name,
                              runtime_resources(listed[-1].linux.resources))
-    placement.pending_updates()
+    placement.take_pending_updates()
     return sandboxes, listed, dict(placement.applied)
 
 

@@ -16,7 +16,8 @@ from dataclasses import replace
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, _Undo
+from podlevel.agent.placement import Placement, _Undo
+from podlevel.agent.records import Observed, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment
@@ -63,7 +64,7 @@ def _held(settings: Settings) -> tuple[CPUSet, tuple[int, ...], int | None]:
 
 def check(placement: Placement) -> None:
     """Every container holds what it should; no exclusive CPU is in two pods; the node pool is shared."""
-    placement.pending_updates()
+    placement.take_pending_updates()
     owners: dict[int, str] = {}
     pool = placement.engine.node_shared_pool(placement.state)
     for cid in placement.container_ids():
@@ -106,7 +107,7 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
             index = data.draw(st.sampled_from(sorted(running)))
             live.remove_sandbox(running.pop(index)[0].id)
         elif action == "restart":
-            live.pending_updates()
+            live.take_pending_updates()
             rows = [
                 Observed(cid, f"sb-{cid.split('/')[0][1:]}", cid.split("/")[1], *_held(s))
                 for cid, s in live.applied.items()
@@ -264,7 +265,7 @@ def events(data: st.DataObject, step: int, live: Placement, boxes: dict[str, tup
             rows.append(Observed(f"p{index}/app/{step}", f"sb-{index}", "app"))
         listed = [box for box, _ in boxes.values()]
         return [lambda p: p.synchronize(listed, rows)]
-    return [lambda p: p.pending_updates()]
+    return [lambda p: p.take_pending_updates()]
 
 
 def outcome(event: Event, placement: Placement) -> object:
@@ -275,7 +276,7 @@ def outcome(event: Event, placement: Placement) -> object:
 
 
 def handed_out(result: object) -> dict[str, Settings] | None:
-    """The updates an event's result hands out (`create`, `pending_updates` and `synchronize` do)."""
+    """The updates an event's result hands out (`create`, `take_pending_updates` and `synchronize` do)."""
     if isinstance(result, dict):
         return result
     if isinstance(result, tuple) and isinstance(result[1], dict):

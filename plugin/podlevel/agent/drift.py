@@ -24,7 +24,7 @@ from typing import Final
 
 from podlevel.agent.events import Observer
 from podlevel.agent.logs import logger
-from podlevel.agent.placement import Settings
+from podlevel.agent.records import Settings
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.cgroups import (
     Cgroup,

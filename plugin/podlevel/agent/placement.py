@@ -26,16 +26,29 @@ Rules:
   under the current settings, on those CPUs' NUMA nodes, then anywhere, and the move is reported.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
+What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
+`podspec.shape_check`. The ~650 lines left are one job held together by one invariant: containers grouped by
+what they follow, handed one `Settings` per group when the pool moves, and every change of a `create`
+recorded so its answer stands all or nothing (`_Undo`); split further, each half would read the other's
+tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Iterable
+from dataclasses import replace
 from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from podlevel.agent.decisions import DecisionLog
+from podlevel.agent.records import (
+    Observed,
+    PlacementView,
+    PodCgroupSettings,
+    Sandbox,
+    Settings,
+)
+from podlevel.agent.resync import Confinement, Resync, ResyncCount, held_cpus, recorded_cpus
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
@@ -46,100 +59,6 @@ from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox, kubelet_quota, verify_shape
-
-
-@dataclass(frozen=True, slots=True)
-class Sandbox:
-    """What the plugin needs of a runtime pod sandbox."""
-
-    id: str
-    uid: str
-    name: str
-    namespace: str
-    annotations: Mapping[str, str]
-    """The annotations the plugin reads (the pod-shape annotation, when the sandbox carries it)."""
-    resources: RuntimeResources = field(default_factory=RuntimeResources)
-    """The sandbox's Linux pod resources (the pod's budget as the kubelet computed it)."""
-    cgroup_parent: str = ""
-    """The pod cgroup the kubelet made (`linux.cgroup_parent`); the pod's bubble is written there."""
-
-    @property
-    def key(self) -> str:
-        return runtime_pod_key(self.namespace, self.name)
-
-
-def runtime_pod_key(namespace: str, name: str) -> str:
-    """`namespace/name` of a pod as the runtime names it, bounded for messages (the runtime's names are any
-    text; the engine's `Pod.key` names a pod already checked)."""
-    return f"{shown(namespace)}/{shown(name)}"
-
-
-class Observed(NamedTuple):
-    """A container as Synchronize reports it; what it holds now (None: not set or unreadable)."""
-
-    container_id: str
-    sandbox_id: str
-    name: str
-    cpus: CPUSet | None = None
-    mems: tuple[int, ...] | None = None
-    cpu_quota_us: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The cgroup settings one container should have. `cpu_quota_us` None leaves the quota alone."""
-
-    cpus: CPUSet
-    mems: tuple[int, ...]
-    cpu_quota_us: int | None
-    cpu_period_us: int
-    assignment: Assignment
-
-
-@dataclass(frozen=True, slots=True)
-class PodCgroupSettings:
-    """What an admitted pod's own cgroup should hold, which NRI cannot set."""
-
-    what: str
-    """`pod namespace/name`, for messages."""
-    pod_uid: str
-    cgroup_parent: str
-    cpus: CPUSet | None
-    """The bubble's CPUs; None: the pod has no bubble, so its cgroup is as wide as its parent's (as the
-    kubelet made it; a pod narrowed by an earlier run under other settings is widened back)."""
-    mems: tuple[int, ...]
-    unlimited_quota: bool
-    """A container holds CPUs of its own: the kubelet lifts the pod's CFS quota then."""
-    cpu_period_us: int
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementView:
-    """A consistent copy of placement after one event: nothing in it changes afterwards."""
-
-    state: NodeState
-    sandboxes: Mapping[str, Sandbox]
-    containers: Mapping[str, tuple[str, str]]
-    """container id -> (sandbox id, container name)."""
-    applied: Mapping[str, Settings]
-    admitted: Mapping[str, str]
-    """sandbox id -> uid of its admitted pod."""
-    kept_out: frozenset[str]
-    """Sandboxes of running managed pods a Synchronize could not admit again (left in the node pool)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resync:
-    """What the last Synchronize did with the pods a restarted plugin found running."""
-
-    restored: int = 0
-    """Pods taken back exactly onto the CPUs their checkpoint recorded."""
-    readopted: int = 0
-    """Pods without a checkpoint record, taken back onto the CPUs the runtime showed them on."""
-    released: int = 0
-    """Pods the checkpoint held that the runtime no longer runs."""
-    moved: tuple[tuple[str, str], ...] = ()
-    """(sandbox id, why) for each pod that could not stay exactly where it was."""
 
 
 class _Tracked(NamedTuple):
@@ -246,7 +165,7 @@ class Placement:
 
         Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); nothing is
         reserved then, and the pod's first `create` decides again. The updates of other containers an
-        admission makes necessary are handed out by the next `create` or `pending_updates`.
+        admission makes necessary are handed out by the next `create` or `take_pending_updates`.
         """
         self.generation += 1
         self.admitted_now = None
@@ -348,7 +267,7 @@ class Placement:
     ) -> None:
         """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
         if recorded is not None:
-            self.decisions.record(self.state, pod, _recorded_cpus(recorded, pod.uid))
+            self.decisions.record(self.state, pod, recorded_cpus(recorded, pod.uid))
             self.state, decision = self.engine.restore(self.state, pod, recorded)
         else:
             self.decisions.record(self.state, pod, within)
@@ -458,20 +377,21 @@ class Placement:
             if pod is not None and pod.uid in self._pods:
                 self._attach(by_id[sandbox_id], pod.uid)
             elif pod is not None:
-                held = _recorded_cpus(recorded, pod.uid) if recorded is not None else None
-                waiting.append((by_id[sandbox_id], pod, held or self._held(pod, rows)))
-        resync = _ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
+                held = recorded_cpus(recorded, pod.uid) if recorded is not None else None
+                pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
+                waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
+        resync = ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
         # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
         # not take the CPUs another pod, listed later, still runs on.
         errors: dict[str, str] = {}
-        for attempt in range(len(_CONFINEMENTS)):
+        for confinement in Confinement:
             still: list[tuple[Sandbox, Pod, CPUSet | None]] = []
             for sandbox, pod, held in waiting:
-                within = self._confinement(held, attempt)
-                if within is None and attempt < len(_CONFINEMENTS) - 1:
+                within = confinement.within(held, self.engine.topology)
+                if within is None and confinement is not Confinement.ANYWHERE:
                     still.append((sandbox, pod, held))
                     continue
-                restoring = attempt == 0 and resync.has_record(pod.uid)
+                restoring = confinement is Confinement.ITS_CPUS and resync.has_record(pod.uid)
                 try:
                     self._admit(sandbox, pod, within, recorded if restoring else None)
                 except AdmissionError as err:
@@ -504,13 +424,13 @@ class Placement:
             return self._node_shared()
         return self._settings(tracked, self._node_shared())
 
-    def pending_updates(self) -> dict[str, Settings]:
+    def take_pending_updates(self) -> dict[str, Settings]:
         """Containers whose desired settings differ from the last applied, or whose update was deferred;
         marks them applied. Never the container `create` just placed: it is applied already."""
         return self._hand_out(None)
 
     def _hand_out(self, undo: _Undo | None, fresh: str | None = None) -> dict[str, Settings]:
-        """`pending_updates`, keeping in `undo` what each marked container held before; `fresh` is the
+        """`take_pending_updates`, keeping in `undo` what each marked container held before; `fresh` is the
         container `create` just placed (applied already, on the pool as it is now)."""
         shared = self._node_shared()
         unsent = self._unsent
@@ -645,38 +565,11 @@ class Placement:
             frozenset(self._refused),
         )
 
-    def _held(self, pod: Pod, rows: Iterable[Observed]) -> CPUSet | None:
-        """The CPUs a managed pod's containers hold now: all of them when the pod has a bubble, else the
-        exclusive ones (CFS quota off); None when the runtime shows none."""
-        bubble = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
-        held = CPUSet.from_mask(0)
-        for seen in rows:
-            if seen.cpus is None or pod.container(seen.name) is None:
-                continue
-            if bubble or seen.cpu_quota_us == UNLIMITED_QUOTA:
-                held = held | seen.cpus
-        return held or None
-
     def is_pod_level(self, sandbox: Sandbox) -> bool:
         """Whether the sandbox's pod takes the pod-level path (pod-level resources under pod scope); raises
         InputError, as `pod_shape`, when its annotation is malformed."""
         pod = self._shapes.of(sandbox)
         return pod is not None and self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
-
-    def _confinement(self, held: CPUSet | None, attempt: int) -> CPUSet | None:
-        """Where a re-admitted pod may go at each attempt (`_CONFINEMENTS`); None: anywhere."""
-        if held is None or _CONFINEMENTS[attempt] == "anywhere":
-            return None
-        if _CONFINEMENTS[attempt] == "its CPUs":
-            return held
-        topology = self.engine.topology
-        home = CPUSet.from_mask(0)
-        for node in topology.numa_nodes_of(held):
-            home = home | topology.cpus_by_numa[node]
-        return home
-
-
-_CONFINEMENTS = ("its CPUs", "its NUMA nodes", "anywhere")
 
 _ABSENT = object()
 """A table entry that was not there."""
@@ -750,15 +643,6 @@ class _Undo:
         placement.admitted_now = None
 
 
-def _recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:
-    """The CPUs a checkpoint recorded for a pod: its bubble, else its containers' exclusive CPUs."""
-    bubble = recorded.pod_entries.get(pod_uid)
-    if bubble is not None:
-        return bubble
-    slices = recorded.entries.get(pod_uid)
-    return CPUSet.union_of(slices.values()) if slices else None
-
-
 class _Shapes:
     """Pod shapes by annotation text: a node's pods share a few dozen distinct shapes (one per workload's
     pod template), and reading one costs ~20-100 us on the way to a pod's first container, so each text is
@@ -783,39 +667,6 @@ class _Shapes:
             return pod
         check_annotated_identity(sandbox.name, sandbox.namespace)  # as `from_annotation` checks it first
         return replace(read, uid=sandbox.uid, name=sandbox.name, namespace=sandbox.namespace)
-
-
-class _ResyncCount:
-    """Tallies one Synchronize's re-admissions into a `Resync`."""
-
-    def __init__(self, recorded: CPUState | None, running: set[str]) -> None:
-        self._recorded = recorded
-        held = set(recorded.pod_entries) | set(recorded.entries) if recorded is not None else set()
-        self._released = len(held - running)
-        self._restored = self._readopted = 0
-        self._moved: list[tuple[str, str]] = []
-
-    def has_record(self, pod_uid: str) -> bool:
-        return self._recorded is not None and _recorded_cpus(self._recorded, pod_uid) is not None
-
-    def placed(
-        self, sandbox_id: str, pod_uid: str, now: CPUState, failed: str | None, restoring: bool
-    ) -> None:
-        """Count a pod just admitted; `failed` is why an earlier, narrower attempt refused it."""
-        recorded = self._recorded.entries.get(pod_uid, {}) if self._recorded is not None else {}
-        if failed is not None:
-            self._moved.append((sandbox_id, failed))
-        elif not restoring:
-            self._readopted += 1
-        elif now.entries.get(pod_uid, {}) != recorded:
-            why = ("its exclusive CPUs were re-placed inside its recorded CPUs" if now.entries.get(pod_uid)
-                   else "it holds no exclusive CPUs under the current settings; its recorded ones were freed")
-            self._moved.append((sandbox_id, why))
-        else:
-            self._restored += 1
-
-    def report(self) -> Resync:
-        return Resync(self._restored, self._readopted, self._released, tuple(self._moved))
 
 
 def _pod_text(sandbox: Sandbox) -> str:

@@ -50,8 +50,9 @@ from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.logs import logger
-from podlevel.agent.placement import Observed, Placement, Sandbox, Settings, runtime_pod_key
+from podlevel.agent.placement import Placement
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.records import Observed, Sandbox, Settings, runtime_pod_key
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpuset import CPUSet
@@ -482,7 +483,7 @@ class PodLevelPlugin(Handler):
         """Keep our placement through a resize or another agent's update: the runtime applies the last
         update for the target container as its new resources, so it carries the requested resources with
         our CPU fields laid over them."""
-        changed = self.placement.pending_updates()
+        changed = self.placement.take_pending_updates()
         # The container's own new settings, if the pool moved, go into its update below, not a second one.
         changed.pop(container.id, None)
         settings = self.placement.applied.get(container.id)
@@ -498,7 +499,7 @@ class PodLevelPlugin(Handler):
 
     @_exclusive
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> Updates:
-        updates = self._fit(self.placement.pending_updates(), MAX_REPLY_BYTES)
+        updates = self._fit(self.placement.take_pending_updates(), MAX_REPLY_BYTES)
         self._commit()
         self._durable()
         return updates

@@ -22,7 +22,7 @@ from typing import Final
 
 from podlevel.agent.events import Observer
 from podlevel.agent.logs import logger
-from podlevel.agent.placement import PodCgroupSettings
+from podlevel.agent.records import PodCgroupSettings
 from podlevel.cgroups import (
     CgroupError,
     CgroupIOError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podlevel.agent.placement import PlacementView, PodCgroupSettings
+from podlevel.agent.records import PlacementView, PodCgroupSettings
 from podlevel.engine.manager import Engine
 
 

@@ -1,5 +1,8 @@
 """The memory manager's `Static` policy: per-NUMA-node accounting of `memory` and each hugepage size.
 
+One module, as the kubelet's `policy_static.go` is one file: the hints, the allocation and the machine
+state's accounting share its invariants (below), and a reader checks them against the kubelet side by side.
+
 Semantics are the kubelet's (`pkg/kubelet/cm/memorymanager/policy_static.go`), including KEP-5526's
 `AllocatePod`. Only Guaranteed pods are managed. A container's (or pod's) request becomes one block per memory
 resource, pinned to a NUMA mask; the machine state charges each block to the mask's nodes greedily, in node

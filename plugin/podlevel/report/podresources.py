@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from podlevel._proto.podresources import api_pb2 as pb
-from podlevel.agent.placement import Sandbox
+from podlevel.agent.records import Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError

@@ -19,6 +19,9 @@ verify by them and is never retried as an older layout; otherwise each older lay
 fresh decode, a checksum of 0 is accepted unverified where the kubelet accepts it (CPU V1 and V2, memory
 V1), and so a V3 CPU or V2 memory file with checksum 0 reads without its pod entries.
 `Decoded.checks` says, part by part, what verified and what an older kubelet would do with the file.
+
+The module is long because the table above is one decision: every layout's reader and its legacy writer
+must agree with the same rules of fallback, and tests hold them against the kubelet's own files together.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from podlevel.agent.decisions import DecisionLog
-from podlevel.agent.placement import Placement, Sandbox
+from podlevel.agent.placement import Placement
+from podlevel.agent.records import Sandbox
 from podlevel.engine.errors import AdmissionError
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import sandbox_resources

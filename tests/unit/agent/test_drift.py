@@ -10,8 +10,8 @@ import pytest
 
 from podlevel.agent.drift import DriftRepair, find_drifts
 from podlevel.agent.events import Observer
-from podlevel.agent.placement import Settings
 from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.agent.records import Settings
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment

@@ -9,13 +9,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from podlevel.agent.placement import (
-    Observed,
-    Placement,
-    Resync,
-    Sandbox,
-    Settings,
-)
+from podlevel.agent.placement import Placement
+from podlevel.agent.records import Observed, Sandbox, Settings
+from podlevel.agent.resync import Resync
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
@@ -185,13 +181,13 @@ def test_unmanaged_container_follows_the_node_shared_pool() -> None:
     # The second container of the same pod changes nothing for the others.
     _, moved = placement.create(sandbox_of(pod), "fast-log", "log")
     assert moved == {}
-    assert placement.pending_updates() == {}
+    assert placement.take_pending_updates() == {}
 
     placement.remove_sandbox("sb-fast")
     assert placement.container_ids() == ["web-1"]
     assert pod.uid not in placement.state.pods
-    assert placement.pending_updates() == {"web-1": web}
-    assert placement.pending_updates() == {}, "updates are handed out once"
+    assert placement.take_pending_updates() == {"web-1": web}
+    assert placement.take_pending_updates() == {}, "updates are handed out once"
 
 
 def test_pool_back_where_it_was_before_anyone_was_told_moves_nobody() -> None:
@@ -202,7 +198,7 @@ def test_pool_back_where_it_was_before_anyone_was_told_moves_nobody() -> None:
     placement.remove_sandbox("sb-old")
     settings, moved = placement.create(sandbox_of(fast_path("new")), "new-app", "app")
     assert moved == {}
-    assert placement.pending_updates() == {}
+    assert placement.take_pending_updates() == {}
     bubble = placement.engine.decision(placement.state, "uid-new").bubble_cpus
     assert bubble is not None and placement.applied["web-1"].cpus == ALL_CPUS - bubble
     assert placement.applied["new-app"] == settings
@@ -255,7 +251,7 @@ def test_refused_pod_leaves_everything_as_it_was(
 
     assert raised.value.type == type_
     assert snapshot(placement) == before
-    assert placement.pending_updates() == {}
+    assert placement.take_pending_updates() == {}
     # Nothing was reserved: a pod that fits in what is left is still admitted beside the first bubble.
     placement.create(sandbox_of(shared_only()), "shared-a", "a")
     engine = placement.engine
@@ -441,7 +437,7 @@ def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
             container_id = f"{sandbox_id[3:]}-{name}"
             placement.create(by_id[sandbox_id], container_id, name)
             rows.append(Observed(container_id, sandbox_id, name))
-    placement.pending_updates()
+    placement.take_pending_updates()
     rows = [_holding(row, placement.applied[row.container_id]) for row in rows]
     return placement, sandboxes, rows
 
@@ -453,7 +449,7 @@ def test_synchronize_with_everything_in_place_updates_nothing() -> None:
     assert (updates, refused) == ({}, [])
     assert restarted.applied == live.applied
     assert restarted.state.pods.keys() == live.state.pods.keys()
-    assert restarted.pending_updates() == {}
+    assert restarted.take_pending_updates() == {}
 
 
 def test_synchronize_updates_only_containers_whose_cpuset_differs() -> None:
@@ -510,7 +506,7 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
     placement.create(web, "web-server", "server")
     start(placement, first)
     start(placement, second)
-    placement.pending_updates()
+    placement.take_pending_updates()
     sandboxes = [web, sandbox_of(first), sandbox_of(second)]
     rows = [
         (cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1], s.cpus) for cid, s in placement.applied.items()
@@ -534,7 +530,7 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
     assert restarted.applied["first-log"].cpu_quota_us == 6 * CFS_PERIOD_US
 
     assert all(updates[cid] == restarted.applied[cid] for cid in updates)
-    assert restarted.pending_updates() == {}
+    assert restarted.take_pending_updates() == {}
 
     # A refused running pod's container restarts: it stays in the node shared pool, it is not failed.
     restarted.remove_container("first-app")
@@ -548,7 +544,7 @@ def test_reconnect_keeps_allocations_whatever_order_the_runtime_lists() -> None:
     first, second = fast_path("first", 6, 2), fast_path("second", 6, 2)
     start(placement, first)
     start(placement, second)
-    placement.pending_updates()
+    placement.take_pending_updates()
     nodes = {p.name: placement.state.cpu.pod_entries[p.uid] for p in (first, second)}
     assert nodes["first"].is_disjoint(nodes["second"])
     held = dict(placement.applied)
@@ -627,19 +623,19 @@ def test_a_pod_admitted_at_a_later_container_moves_its_running_containers_in_tha
     crowded = Placement(new_engine())
     blocker = fast_path("blocker", 7, 2)
     start(crowded, blocker)
-    crowded.pending_updates()
+    crowded.take_pending_updates()
     late = fast_path("late", 7, 2)  # needs node 1 too
     _, refused = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)],
                                      [Observed("late-log", "sb-late", "log")])
     assert [sid for sid, _ in refused] == ["sb-late"]
-    crowded.pending_updates()
+    crowded.take_pending_updates()
 
     crowded.remove_sandbox("sb-blocker")
     settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
 
     assert settings.assignment is Assignment.POD_EXCLUSIVE
     assert moved["late-log"].assignment is Assignment.POD_SHARED
-    assert crowded.pending_updates() == {}
+    assert crowded.take_pending_updates() == {}
 
 
 def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
@@ -648,7 +644,7 @@ def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
     pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
     for p in pods:
         start(live, p)
-    live.pending_updates()
+    live.take_pending_updates()
     rows = [
         _holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]), s)
         for cid, s in live.applied.items()
@@ -681,7 +677,7 @@ def running_pods() -> tuple[Placement, list[Sandbox], list[Observed]]:
     pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
     for p in pods:
         start(live, p)
-    live.pending_updates()
+    live.take_pending_updates()
     rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied]
     return live, [sandbox_of(p) for p in pods], rows
 
@@ -867,7 +863,7 @@ def test_the_move_an_admission_at_a_sandbox_makes_goes_out_with_the_next_answer(
     placement = Placement(new_engine())
     placement.create(unmanaged(), "web-1", "server")
     placement.run_sandbox(sandbox_of(fast_path()))
-    moved = placement.pending_updates()
+    moved = placement.take_pending_updates()
     assert list(moved) == ["web-1"] and len(moved["web-1"].cpus) == 12
     assert placement.create(sandbox_of(fast_path()), "fast-app", "app")[1] == {}
 
@@ -895,7 +891,7 @@ def test_a_pod_refused_at_its_sandbox_reserves_nothing_and_its_first_container_d
     with pytest.raises(error):
         placement.run_sandbox(sandbox_of(pod))
 
-    assert snapshot(placement) == before and placement.pending_updates() == {}
+    assert snapshot(placement) == before and placement.take_pending_updates() == {}
     with pytest.raises(error) as again:
         placement.create(sandbox_of(pod), f"{pod.name}-app", "app")
     assert again.value.type == type_ and snapshot(placement) == before
@@ -950,10 +946,10 @@ def test_changes_count_in_the_generation_and_no_ops_do_not() -> None:
     placement = Placement(new_engine())
     placement.create(unmanaged(), "web-1", "server")
     counted = placement.generation
-    assert placement.pending_updates() == {}
+    assert placement.take_pending_updates() == {}
     placement.remove_container("gone")
     assert placement.remove_sandbox("sb-unknown") is False
     assert placement.generation == counted
     placement.run_sandbox(sandbox_of(fast_path()))
-    placement.pending_updates()
+    placement.take_pending_updates()
     assert placement.generation == counted + 2

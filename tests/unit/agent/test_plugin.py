@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from podlevel.agent.events import Observer, error_type
-from podlevel.agent.placement import Placement, Settings
+from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin, sandbox_of, updates_of
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.records import Settings
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from podlevel.agent.events import Observer
-from podlevel.agent.placement import PodCgroupSettings
 from podlevel.agent.pod_cgroups import RETRY_FIRST_S, PodCgroups
+from podlevel.agent.records import PodCgroupSettings
 from podlevel.engine.cpuset import CPUSet
 from support.builders import fast_path, v2_root
 

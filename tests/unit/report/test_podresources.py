@@ -17,7 +17,8 @@ import pytest
 
 from podlevel._proto.podresources import api_pb2 as pb
 from podlevel._proto.podresources import api_pb2_grpc as pb_grpc
-from podlevel.agent.placement import Placement, Sandbox
+from podlevel.agent.placement import Placement
+from podlevel.agent.records import Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
