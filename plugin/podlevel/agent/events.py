@@ -2,8 +2,10 @@
 
 The agent sits below the report layer and never imports it: `PodLevelPlugin` and `PodCgroups` call an
 `Observer` at the moments the kubelet counts things, and the metrics implement one. Every method runs on
-the NRI event thread inside the event it reports, so an implementation does no more than bump a counter;
-the defaults do nothing, for a plugin run without metrics.
+the NRI event thread inside the event it reports, except `checkpoint_failed`, which the checkpoint writer's
+thread calls when a write fails, and `cgroup_repaired`, which the drift repair thread calls: so an
+implementation does no more than bump a thread-safe counter (prometheus-client's are); the defaults do
+nothing, for a plugin run without metrics.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ class PodLevelPlugin(Handler):
         self._synchronized = False
         self._lock = threading.RLock()
         """Held by every handler while it changes the node, and by `snapshot` while it copies it."""
-        self._snapshot = NodeSnapshot(placement.engine, placement.view())
+        self._snapshot = NodeSnapshot(placement.engine, placement.view(), decisions=placement.decisions)
         self._published = placement.generation
         """`placement.generation` when the snapshot was taken."""
         self._stale = False
@@ -265,6 +265,7 @@ class PodLevelPlugin(Handler):
                 self._save_error,
                 self._synchronized,
                 self._snapshot.generation + 1,
+                placement.decisions,
             )
             return self._snapshot
 
@@ -317,6 +318,12 @@ class PodLevelPlugin(Handler):
         if self._writer is not None:
             self._writer.wait()
 
+    # `_write_failed` and `_written` run on the writer's (or the sync) thread and take no lock: an event
+    # handler holds `_lock` while `_durable` waits for that very thread, so taking it here would deadlock.
+    # They are safe without it because each sets `_stale` last, after the fields it changed, and `snapshot`
+    # clears `_stale` before it reads them: a snapshot either sees the new values or is made again. `_saved`
+    # is only ever set to None here, which makes the next `_commit` write again; the worst a race costs is
+    # one extra write.
     def _write_failed(self, err: Exception) -> None:
         """From the writer's thread: count, log a new error once, and write again at the next event."""
         self._saved = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from podlevel.agent.decisions import DecisionLog
 from podlevel.agent.records import PlacementView, PodCgroupSettings
 from podlevel.engine.manager import Engine
 
@@ -33,3 +34,6 @@ class NodeSnapshot:
     """The runtime has synchronized with the plugin since it started."""
     generation: int = 0
     """Counts the snapshots made."""
+    decisions: DecisionLog = field(default_factory=DecisionLog)
+    """The last decisions, for `explain`: the live log, not a copy (its one lookup is safe from any thread,
+    see `agent.decisions`), so a snapshot costs nothing more for it."""

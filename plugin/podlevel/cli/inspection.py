@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from podlevel.cgroups import CgroupError, cpu_max_text, find_pod_cgroup, locate_cgroup, locate_pod_cgroup
 from podlevel.cli.checkpoint import summary
@@ -22,6 +22,7 @@ from podlevel.cli.drift import Drift, Expected, Found, expected_quota, expected_
 from podlevel.cli.endpoint import BadInput, Unreachable, fetch
 from podlevel.cli.inputs import read_bytes
 from podlevel.engine.errors import InputError
+from podlevel.report.schema import BubbleDocument, NodeDocument, NumaDocument
 from podlevel.report.views import nodes_text, numa_usage
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
@@ -60,7 +61,7 @@ class PodRow:
     uid: str
     status: str
     refusal: str | None
-    bubble: dict[str, str | None] | None
+    bubble: BubbleDocument | None
     pod_cgroup: CgroupRow | None
     containers: list[ContainerRow]
 
@@ -74,7 +75,7 @@ class Inspection:
     source: str
     """`plugin` (its endpoint answered) or `checkpoint` (it did not: the files in the state dir)."""
     note: str
-    numa_nodes: list[dict[str, Any]]
+    numa_nodes: list[NumaDocument]
     node_shared_pool: str | None
     checkpoint_error: str | None
     pods: list[PodRow]
@@ -103,13 +104,13 @@ def inspect_for(command: str, args: argparse.Namespace) -> Inspection | None:
 def inspect(address: str, state_dir: Path, cgroup_root: Path, sysfs_root: str) -> Inspection:
     """The node from the plugin, or from its checkpoints when it does not answer, beside the cgroups."""
     try:
-        _, document = fetch(address, "/debug/node")
+        _, fetched = fetch(address, "/debug/node")
     except Unreachable as err:
         return from_checkpoints(state_dir, cgroup_root, sysfs_root, str(err))
-    return from_plugin(document, address, state_dir, cgroup_root)
+    return from_plugin(cast(NodeDocument, fetched), address, state_dir, cgroup_root)
 
 
-def from_plugin(document: Mapping[str, Any], address: str, state_dir: Path, cgroup_root: Path) -> Inspection:
+def from_plugin(document: NodeDocument, address: str, state_dir: Path, cgroup_root: Path) -> Inspection:
     pods: list[PodRow] = []
     drifts: list[Drift] = []
     for pod in document["pods"]:
@@ -236,7 +237,7 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
     for uid in sorted({*cpu.entries, *cpu.pod_entries, *memory.entries, *memory.pod_entries}):
         bubble_cpus = cpu.pod_entries.get(uid)
         bubble_mems = nodes_text(n for b in memory.pod_entries.get(uid, ()) for n in b.numa_affinity)
-        bubble = None
+        bubble: BubbleDocument | None = None
         if bubble_cpus is not None or bubble_mems:
             shown = str(bubble_cpus) if bubble_cpus is not None else None
             bubble = {"cpus": shown, "mems": bubble_mems or None}

@@ -317,7 +317,7 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
     if metrics is not None:
         public = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
         public["/metrics"] = metrics_route(metrics)
-    debug = views(lambda: plugin.snapshot, plugin.placement.decisions) if args.debug_address else {}
+    debug = views(lambda: plugin.snapshot) if args.debug_address else {}
     if args.debug_address == args.metrics_address:
         return [Server(args.debug_address, {**public, **debug}, name="report")] if args.debug_address else []
     return [Server(address, routes, name="report") for address, routes in

@@ -49,6 +49,7 @@ from podlevel.cli.endpoint import add_source_arguments
 from podlevel.cli.inspection import CgroupRow, Inspection, inspect_for
 from podlevel.cli.layout import Style, columns
 from podlevel.engine.quantity import format_bytes
+from podlevel.report.schema import NumaMemory
 
 
 def add_parser(subparsers: Any) -> None:
@@ -96,18 +97,17 @@ def _numa_lines(node: Inspection, style: Style) -> list[str]:
              "MEMORY", "RESERVED", "BUBBLES", "EXCLUSIVE", "FREE"]]
     for numa in node.numa_nodes:
         cpus = numa["cpus"]
-        cpu_cells = [str(numa["node"]), *(_set(cpus[k]) for k in ("all", "reserved", "bubbles", "exclusive",
-                                                                    "free"))]
-        memory = [(name, table) for name, table in numa["memory"].items() if table["total"]] or [("-", None)]
-        for i, (resource, table) in enumerate(memory):
-            amounts = ["-"] * 4 if table is None else [
-                format_bytes(table[k]) if table[k] else "0" for k in _MEMORY_COLUMNS
-            ]
+        cpu_cells = [str(numa["node"]), *map(_set, (cpus["all"], cpus["reserved"], cpus["bubbles"],
+                                                     cpus["exclusive"], cpus["free"]))]
+        memory = [(name, _amounts(table)) for name, table in numa["memory"].items() if table["total"]]
+        for i, (resource, amounts) in enumerate(memory or [("-", ["-"] * 4)]):
             rows.append([*(cpu_cells if i == 0 else [""] * 6), resource, *amounts])
     return columns(rows, style=style)
 
 
-_MEMORY_COLUMNS = ("reserved", "bubbles", "exclusive", "free")
+def _amounts(table: NumaMemory) -> list[str]:
+    values = (table["reserved"], table["bubbles"], table["exclusive"], table["free"])
+    return [format_bytes(value) if value else "0" for value in values]
 
 
 def _quota(text: str | None) -> str:

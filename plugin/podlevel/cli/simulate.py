@@ -35,20 +35,31 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast, get_args
 
 from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.inputs import read_text, source_name
 from podlevel.cli.layout import columns
+from podlevel.engine.cpu_policy import CPUManagerOptions
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Engine, NodeState, PodDecision
+from podlevel.engine.manager import (
+    CPUPolicyName,
+    Engine,
+    EngineConfig,
+    MemoryPolicyName,
+    NodeState,
+    PodDecision,
+)
 from podlevel.engine.pod import Pod
 from podlevel.engine.quantity import format_bytes
 from podlevel.engine.topology import Topology, from_spec
+from podlevel.engine.topology_manager import Scope, TopologyManagerOptions, TopologyPolicyName
 from podlevel.podspec.manifest import from_annotation
 from podlevel.podspec.workloads import load_pods
+from podlevel.report.schema import EngineDocument, NodeDocument
 from podlevel.report.views import decision_json, nodes_text, topology_json
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
@@ -112,15 +123,15 @@ def live_node(args: argparse.Namespace) -> tuple[Engine, LiveNode]:
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise InputError("--node", f"the engine settings are the node's; {flags} cannot be given as well")
-    status, document = fetch(args.address, "/debug/node")
+    status, fetched = fetch(args.address, "/debug/node")
+    document = cast(NodeDocument, fetched)
     if status != 200:
         raise Unreachable(f"{args.address}/debug/node answered {status}")
     topology = load_topology(args.topology or SYSFS_PREFIX + "/sys")
     if topology_json(topology) != document["topology"]:
         plugin_node = document["topology"]
         raise InputError("--topology", f"{topology.describe()} is not the plugin's node {plugin_node}")
-    settings = _engine_parser().parse_args(_engine_flags(document["engine"]))
-    engine = Engine(topology, engine_config(settings, topology))
+    engine = Engine(topology, engine_config_of(document["engine"], topology))
     pods = {
         pod["uid"]: from_annotation(
             pod["shape"], name=pod["name"], namespace=pod["namespace"], uid=pod["uid"]
@@ -140,19 +151,29 @@ def _engine_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine_flags(settings: dict[str, Any]) -> list[str]:
-    """`/debug/node`'s engine settings as the flags that give them."""
-    def pairs(values: dict[str, Any]) -> str:
-        return ",".join(f"{key}={value}" for key, value in values.items())
-
-    flags = [
-        f"--scope={settings['scope']}", f"--policy={settings['topology_policy']}",
-        f"--cpu-policy={settings['cpu_policy']}", f"--memory-policy={settings['memory_policy']}",
-        f"--reserved-cpus={settings['reserved_cpus']}", f"--cpu-options={pairs(settings['cpu_options'])}",
-        f"--topology-options={pairs(settings['topology_options'])}",
-    ]
-    return flags + [f"--reserved-memory={node}:{pairs(amounts)}"
-                    for node, amounts in settings["reserved_memory"].items()]
+def engine_config_of(settings: EngineDocument, topology: Topology) -> EngineConfig:
+    """The plugin's engine settings as `/debug/node` reports them, on `topology` (already found to be the
+    plugin's); the options are checked as `run` checks them."""
+    cpu_policy, memory_policy = settings["cpu_policy"], settings["memory_policy"]
+    try:
+        policy = TopologyPolicyName(settings["topology_policy"])
+        scope = Scope(settings["scope"])
+    except ValueError as err:
+        raise InputError("--node", f"the plugin reports {err}, which this version does not know") from None
+    if cpu_policy not in get_args(CPUPolicyName) or memory_policy not in get_args(MemoryPolicyName):
+        raise InputError("--node", f"the plugin reports CPU policy {cpu_policy!r} and memory policy "
+                         f"{memory_policy!r}, which this version does not know")
+    return EngineConfig(
+        scope=scope,
+        topology_policy=policy,
+        topology_options=TopologyManagerOptions.parse(settings["topology_options"]),
+        cpu_options=CPUManagerOptions.parse(settings["cpu_options"], topology, policy),
+        reserved_cpus=CPUSet.parse(settings["reserved_cpus"]),
+        reserved_memory=MappingProxyType({int(node): MappingProxyType(dict(amounts))
+                                          for node, amounts in settings["reserved_memory"].items()}),
+        cpu_policy=cast(CPUPolicyName, cpu_policy),
+        memory_policy=cast(MemoryPolicyName, memory_policy),
+    )
 
 
 def load_topology(spec: str) -> Topology:

@@ -12,7 +12,8 @@ manager, `cpu` and `memory`):
   `node_exclusive`, `pod_exclusive` or `pod_shared` resources, cumulative. The kubelet registers it as a
   counter without the `_total` suffix, which this client cannot expose; it is a gauge that only grows here,
   so queries written for the kubelet's name find it.
-Counting happens at CreateContainer admissions; pods a restarted plugin takes back allocate nothing new.
+Counting happens at admissions (RunPodSandbox, or the first container of a pod admitted late); pods a
+restarted plugin takes back allocate nothing new.
 
 The plugin's own, prefixed `nri_podlevel_`: refusals by error type, NRI handler latency per event (from the
 request's arrival, as the runtime's timeout sees it), checkpoint and pod cgroup write failures, runtime

@@ -1,10 +1,10 @@
 """The operator views of the plugin's HTTP endpoint: `/debug/node` and `/debug/explain?pod=NAMESPACE/NAME`.
 
-Both answer JSON, built on the request's thread from the latest `NodeSnapshot` (and, for explain, the decision
-log), never from the live agent. CPU and node sets are Linux list strings (`0-3,8`), memory in bytes, CPU
-amounts in millicores.
+Both answer JSON, built on the request's thread from the latest `NodeSnapshot` (for explain, the decision log
+it carries), never from the live agent. CPU and node sets are Linux list strings (`0-3,8`), memory in bytes,
+CPU amounts in millicores.
 
-`/debug/node`:
+`/debug/node` (its types: `report.schema`, shared with the commands that read it):
 
   {"generation": 12, "synchronized": true, "checkpoint_error": null | "why the last write failed",
    "engine": {"scope": "pod", "topology_policy": "single-numa-node", "cpu_policy": "static",
@@ -35,7 +35,8 @@ Per NUMA node, `bubbles` are the pods' bubbles and `exclusive` the containers' o
 not), `free` what admissions can still take; memory `reserved` is the system reservation, `bubbles` the pods'
 budgets and `exclusive` the blocks of containers outside any bubble (a block over several nodes counted in
 equal parts).
-A managed pod is `pending` until its first container is created (admission happens then), `kept-out` when a
+A managed pod is `pending` until it is admitted (at its RunPodSandbox; at its first container when the plugin
+did not see the sandbox start, or refused it then), `kept-out` when a
 restarted plugin could not admit it again (it runs in the node shared pool). A `cpu_quota_us` null leaves the
 runtime's quota alone; `pod_cgroup` is what the plugin writes into the pod
 cgroup (null: nothing, the kubelet's cgroup stays); `shape` lets `simulate --node` rebuild the node.
@@ -65,7 +66,6 @@ from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
-from podlevel.agent.decisions import DecisionLog
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.bitmask import nodes_of
 from podlevel.engine.cpuset import CPUSet
@@ -82,6 +82,18 @@ from podlevel.engine.topology import Topology
 from podlevel.engine.topology_manager import ProviderHints, TopologyHint
 from podlevel.httpd import JSON, Query, Reply, Route
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.report.schema import (
+    BubbleDocument,
+    ContainerDocument,
+    EngineDocument,
+    NodeDocument,
+    NumaCpus,
+    NumaDocument,
+    NumaMemory,
+    PodCgroupDocument,
+    PodDocument,
+    TopologyDocument,
+)
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import encode
 
@@ -89,7 +101,7 @@ PROVIDERS = ("cpu", "memory")
 """The resource providers in the order admission asks them."""
 
 
-def views(snapshot: Callable[[], NodeSnapshot], decisions: DecisionLog) -> dict[str, Route]:
+def views(snapshot: Callable[[], NodeSnapshot]) -> dict[str, Route]:
     def node(_: Query) -> Reply:
         return _json(HTTPStatus.OK, node_json(snapshot()))
 
@@ -100,7 +112,7 @@ def views(snapshot: Callable[[], NodeSnapshot], decisions: DecisionLog) -> dict[
             return _json(HTTPStatus.BAD_REQUEST, {"error": "give the pod as ?pod=NAMESPACE/NAME"})
         current = snapshot()
         refusal = _refusal_of(current, namespace, name)
-        recorded = decisions.latest(pod)
+        recorded = current.decisions.latest(pod)
         if recorded is None:
             missing = {"error": f"no decision about {pod} is kept", "refusal": refusal}
             return _json(HTTPStatus.NOT_FOUND, missing)
@@ -124,7 +136,7 @@ def _refusal_of(snapshot: NodeSnapshot, namespace: str, name: str) -> str | None
 # -- /debug/node -----------------------------------------------------------------------------------------
 
 
-def node_json(snapshot: NodeSnapshot) -> dict[str, Any]:
+def node_json(snapshot: NodeSnapshot) -> NodeDocument:
     engine, view = snapshot.engine, snapshot.placement
     state = view.state
     cpu, memory = checkpoints_of(engine, state)
@@ -143,7 +155,7 @@ def node_json(snapshot: NodeSnapshot) -> dict[str, Any]:
     }
 
 
-def engine_json(config: EngineConfig) -> dict[str, Any]:
+def engine_json(config: EngineConfig) -> EngineDocument:
     return {
         "scope": config.scope.value,
         "topology_policy": config.topology_policy.value,
@@ -156,7 +168,7 @@ def engine_json(config: EngineConfig) -> dict[str, Any]:
     }
 
 
-def topology_json(topology: Topology) -> dict[str, Any]:
+def topology_json(topology: Topology) -> TopologyDocument:
     return {
         "cpus": str(topology.all_cpus),
         "numa_nodes": {str(node): str(cpus) for node, cpus in topology.cpus_by_numa.items()},
@@ -176,7 +188,7 @@ def _exclusive(engine: Engine, state: NodeState) -> CPUSet:
 
 def numa_usage(
     cpus_by_numa: Mapping[int, CPUSet], reserved: CPUSet | None, exclusive: CPUSet | None, state: NodeState
-) -> list[dict[str, Any]]:
+) -> list[NumaDocument]:
     """Per NUMA node, CPUs and memory reserved, in bubbles, exclusive and free. `reserved` and `exclusive`
     None: unknown (null), which leaves every CPU of the node shared pool counted as free."""
     bubbles = CPUSet.union_of(state.cpu.pod_entries.values())
@@ -189,9 +201,9 @@ def numa_usage(
         for blocks in entries.values()
         for b in blocks
     )
-    usage: list[dict[str, Any]] = []
+    usage: list[NumaDocument] = []
     for node, node_cpus in cpus_by_numa.items():
-        cpus = {
+        cpus: NumaCpus = {
             "all": str(node_cpus),
             "reserved": str(reserved & node_cpus) if reserved is not None else None,
             "bubbles": str(bubbles & node_cpus),
@@ -208,7 +220,7 @@ def _memory_usage(
     node: int,
     pod_blocks: Mapping[tuple[int, str], int],
     container_blocks: Mapping[tuple[int, str], int],
-) -> dict[str, dict[str, int]]:
+) -> dict[str, NumaMemory]:
     numa = memory.machine.get(node)
     if numa is None:
         return {}
@@ -236,7 +248,7 @@ def _block_bytes(blocks: Iterable[MemoryBlock]) -> dict[tuple[int, str], int]:
     return total
 
 
-def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
+def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> PodDocument:
     engine, view = snapshot.engine, snapshot.placement
     sandbox = view.sandboxes[sandbox_id]
     uid = view.admitted.get(sandbox_id)
@@ -250,7 +262,7 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
     else:
         status = "unmanaged" if SHAPE_ANNOTATION not in sandbox.annotations else "pending"
     wanted = snapshot.pod_cgroups.get(sandbox_id)
-    pod_cgroup = None
+    pod_cgroup: PodCgroupDocument | None = None
     if wanted is not None:
         pod_cgroup = {
             "cpus": str(wanted.cpus) if wanted.cpus is not None else None,
@@ -259,7 +271,7 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
             "cpu_period_us": wanted.cpu_period_us,
             "failure": snapshot.pod_cgroup_failures.get(sandbox_id),
         }
-    containers = []
+    containers: list[ContainerDocument] = []
     for container_id, (owner, name) in view.containers.items():
         settings = view.applied.get(container_id)
         if owner != sandbox_id or settings is None:
@@ -293,7 +305,7 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> dict[str, Any]:
 # -- decisions and explanations ---------------------------------------------------------------------------
 
 
-def bubble_json(decision: PodDecision) -> dict[str, str | None] | None:
+def bubble_json(decision: PodDecision) -> BubbleDocument | None:
     if decision.bubble_cpus is None and decision.bubble_mems is None:
         return None
     return {

@@ -79,7 +79,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
     for wanted in plugin.snapshot.pod_cgroups.values():
         write_cgroup(root, wanted.cgroup_parent, str(wanted.cpus), "0", -1)
     write_cgroup(root, "/kubepods/poduid-web", "0-15", "0-1", -1)
-    server = Server("127.0.0.1:0", views(lambda: plugin.snapshot, plugin.placement.decisions))
+    server = Server("127.0.0.1:0", views(lambda: plugin.snapshot))
     server.start()
     try:
         yield Node(plugin, server, tmp_path / "state", root)

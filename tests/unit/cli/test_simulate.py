@@ -12,8 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
+from podlevel.cli.simulate import engine_config_of
+from podlevel.engine.cpu_policy import CPUManagerOptions
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
+from podlevel.engine.manager import EngineConfig
 from podlevel.engine.topology import from_spec
+from podlevel.engine.topology_manager import Scope, TopologyManagerOptions, TopologyPolicyName
+from podlevel.report.views import engine_json
 from support.builders import CHECKOUT, EXAMPLES, SMALL
 
 SCRIPT = Path(sys.executable).with_name("nri-podlevel")
@@ -281,3 +287,24 @@ def test_help_lists_simulate() -> None:
     assert command
     done = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0 and "simulate" in done.stdout
+
+
+def test_the_engine_settings_of_debug_node_give_the_plugins_engine_back() -> None:
+    """`simulate --node` takes the plugin's settings from `/debug/node` as they are, not through flags."""
+    topology = from_spec(SMALL)
+    config = EngineConfig(
+        scope=Scope.CONTAINER, topology_policy=TopologyPolicyName.RESTRICTED,
+        topology_options=TopologyManagerOptions.parse({"prefer-closest-numa-nodes": "true"}),
+        cpu_options=CPUManagerOptions.parse({"full-pcpus-only": "true"}, topology, "restricted"),
+        reserved_cpus=CPUSet.parse("0-1"), reserved_memory={0: {"memory": 100 * 2**20}, 1: {"memory": 2**20}},
+        cpu_policy="static", memory_policy="None",
+    )
+    assert engine_config_of(engine_json(config), topology) == config
+
+
+def test_settings_this_version_does_not_know_are_refused_naming_them() -> None:
+    document = engine_json(EngineConfig())
+    with pytest.raises(InputError, match="'sometimes'"):
+        engine_config_of({**document, "topology_policy": "sometimes"}, from_spec(SMALL))
+    with pytest.raises(InputError, match="CPU policy 'dynamic'"):
+        engine_config_of({**document, "cpu_policy": "dynamic"}, from_spec(SMALL))

@@ -24,7 +24,7 @@ def plugin() -> PodLevelPlugin:
 
 @pytest.fixture
 def routes(plugin: PodLevelPlugin) -> dict[str, Route]:
-    return views(lambda: plugin.snapshot, plugin.placement.decisions)
+    return views(lambda: plugin.snapshot)
 
 
 def get(routes: dict[str, Route], path: str, **query: str) -> tuple[int, Any]:

@@ -1,0 +1,112 @@
+"""The `/debug/node` document's types: one schema for the producer (`report.views`) and its readers (`show`,
+`check`, `simulate --node`), so a renamed or retyped field fails type checking on both sides, not at an
+operator's terminal. CPU and NUMA-node sets are Linux list strings (`0-3,8`); sizes are bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class EngineDocument(TypedDict):
+    scope: str
+    topology_policy: str
+    cpu_policy: str
+    memory_policy: str
+    reserved_cpus: str
+    reserved_memory: dict[str, dict[str, int]]
+    """NUMA node -> resource name -> bytes."""
+    cpu_options: dict[str, str]
+    topology_options: dict[str, str]
+
+
+class TopologyDocument(TypedDict):
+    cpus: str
+    numa_nodes: dict[str, str]
+    """NUMA node -> its CPUs."""
+
+
+class NumaCpus(TypedDict):
+    all: str
+    reserved: str | None
+    bubbles: str
+    exclusive: str | None
+    """None: unknown (read from the checkpoints, which cannot tell)."""
+    free: str
+
+
+class NumaMemory(TypedDict):
+    total: int
+    reserved: int
+    allocatable: int
+    bubbles: int
+    exclusive: int
+    free: int
+
+
+class NumaDocument(TypedDict):
+    node: int
+    cpus: NumaCpus
+    memory: dict[str, NumaMemory]
+    """Resource name (`memory`, `hugepages-2Mi`) -> bytes."""
+
+
+class BubbleDocument(TypedDict):
+    cpus: str | None
+    mems: str | None
+
+
+class PodCgroupDocument(TypedDict):
+    cpus: str | None
+    """None: the pod has no bubble; its cgroup stays as wide as its parent's."""
+    mems: str
+    unlimited_quota: bool
+    cpu_period_us: int
+    failure: str | None
+
+
+class ContainerDocument(TypedDict):
+    id: str
+    name: str
+    assignment: str
+    cpus: str
+    mems: str
+    cpu_quota_us: int | None
+    """None leaves the runtime's quota alone; -1 is no limit."""
+    cpu_period_us: int
+    cgroups_path: str | None
+
+
+class PodDocument(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+    sandbox_id: str
+    managed: bool
+    status: str
+    """`admitted`, `pending`, `refused`, `kept-out` or `unmanaged`."""
+    refusal: str | None
+    shape: str | None
+    """The pod-shape annotation of an admitted pod (what `simulate --node` rebuilds it from)."""
+    cgroup_parent: str
+    bubble: BubbleDocument | None
+    pod_cgroup: PodCgroupDocument | None
+    containers: list[ContainerDocument]
+
+
+class CheckpointDocument(TypedDict):
+    cpu: dict[str, Any]
+    """`cpu_manager_state` as the plugin would write it now (the kubelet's layout, parsed)."""
+    memory: dict[str, Any]
+
+
+class NodeDocument(TypedDict):
+    generation: int
+    synchronized: bool
+    checkpoint_error: str | None
+    engine: EngineDocument
+    topology: TopologyDocument
+    node_shared_pool: str
+    numa_nodes: list[NumaDocument]
+    pods: list[PodDocument]
+    checkpoint: CheckpointDocument
