@@ -104,12 +104,12 @@ def cpus_of(cri: CRI, container: str) -> tuple[str, str, str]:
 
 def test_plugin_registers_and_learns_the_runtime(containerd: Containerd, cri: CRI,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="podlevel.nri.stub")
+    caplog.set_level(logging.INFO, logger="podlevel.nri")
     log = ContainerdLog(containerd)
     with running_plugin(containerd.nri_socket) as plugin:
         log.wait_plugin_connected(PLUGIN)
         assert f'external:{PLUGIN}[{os.getpid()}]\\" registered as \\"{PLUGIN}' in "\n".join(log.lines())
-        said = [r.getMessage() for r in caplog.records if r.name == "podlevel.nri.stub"]
+        said = [r.getMessage() for r in caplog.records if r.name.startswith("podlevel.nri.")]
         assert [m for m in said if f"NRI plugin {PLUGIN}: registered with containerd " in m], said
         assert [s.event for s in plugin.log.all()] == ["configure", "synchronize"]
         runtime = plugin.log.wait_event("configure").runtime

@@ -41,7 +41,7 @@ from podlevel.cgroups import (
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 
-log = logger("podlevel.agent")
+log = logger(__name__)
 
 RESYNC_POLL_S: Final = 0.5
 """How soon after a resync the cgroups are compared."""

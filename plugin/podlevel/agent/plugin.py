@@ -79,7 +79,7 @@ from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
 from podlevel.state.writer import CheckpointWriter
 
-log = logger("podlevel.agent")
+log = logger(__name__)
 
 ADMISSION_WRITTEN_WITHIN_S: Final = 0.002
 """An admission at RunPodSandbox is checkpointed by then at the latest (the pod's first CreateContainer, which

@@ -36,7 +36,7 @@ from podlevel.cgroups import (
 from podlevel.engine.cfs import UNLIMITED_QUOTA, quota_text
 from podlevel.engine.cpuset import CPUSet
 
-log = logger("podlevel.agent")
+log = logger(__name__)
 
 RETRY_FIRST_S: Final = 1.0
 RETRY_MAX_S: Final = 60.0

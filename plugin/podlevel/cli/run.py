@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from podlevel.report.lazy_grpc import LazyGrpcSocket
     from podlevel.report.metrics import PluginMetrics
 
+log = logging.getLogger(__name__)
+
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
 DEFAULT_NAME: Final = "podlevel"
 DEFAULT_INDEX: Final = "10"
@@ -184,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     restrict_umask()
     for notice in args.notices:
-        logging.getLogger("podlevel.cli").warning("%s", notice)
+        log.warning("%s", notice)
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if missing := list(mount_problems(args, launched=launched)):
         return wait_unready(args, "; ".join(missing))
@@ -212,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
         return 2
-    logging.getLogger("podlevel.agent").info(
+    log.info(
         "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
         engine.config.topology_policy.value, engine.reserved_cpus or "none",
     )
@@ -242,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             handler.close()
     # The line a rollout's log ends with: nothing was left for a SIGKILL to lose.
-    logging.getLogger("podlevel.agent").info("stopped: last checkpoint written, sockets removed")
+    log.info("stopped: last checkpoint written, sockets removed")
     return 0
 
 
@@ -253,7 +255,7 @@ def wait_unready(args: argparse.Namespace, problem: str) -> int:
     if args.on_missing_mount == "exit" or not args.metrics_address:
         print(f"nri-podlevel run: bad configuration: {problem}", file=sys.stderr)
         return 2
-    logging.getLogger("podlevel.agent").error("cannot start: %s", problem)
+    log.error("cannot start: %s", problem)
     from podlevel.httpd import Server
     from podlevel.report.probes import probes
 
@@ -326,7 +328,7 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
 
 def start_serving(server: Server) -> None:
     server.start()
-    logging.getLogger(__name__).info("serving %s on %s", ", ".join(sorted(server.routes)), server.url)
+    log.info("serving %s on %s", ", ".join(sorted(server.routes)), server.url)
 
 
 def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> LazyGrpcSocket:

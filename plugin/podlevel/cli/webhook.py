@@ -22,7 +22,7 @@ from typing import Any
 from podlevel.cli.logs import LOG_FORMATS, configure_logging
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
-log = logging.getLogger("podlevel.webhook")
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: Any) -> None:

@@ -39,7 +39,7 @@ from podlevel.ttrpc.codec import Code, Request
 from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 
 # The stub's logger: a session is part of the stub, and operators filter its messages by one name.
-log = logging.getLogger("podlevel.nri.stub")
+log = logging.getLogger(__name__)
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"

@@ -43,7 +43,7 @@ from podlevel.report.unix_socket import group_id, warn_if_unreachable
 if TYPE_CHECKING:
     import grpc
 
-log = logging.getLogger("podlevel.report")
+log = logging.getLogger(__name__)
 
 KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 """The kubelet's own socket: never taken over, consumers must be able to ask either."""

@@ -20,7 +20,7 @@ from typing import Final
 
 from podlevel.engine.errors import InputError
 
-log = logging.getLogger("podlevel.report")
+log = logging.getLogger(__name__)
 
 OWNER_ONLY: Final = 0o600
 OWNER_AND_GROUP: Final = 0o660

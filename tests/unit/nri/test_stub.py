@@ -176,7 +176,7 @@ def test_handshake_registers_configures_and_synchronizes(
                 assert stub.runtime == RuntimeInfo("containerd", "2.1.9", "", 5.0, 2.0, EVENTS_BEFORE_V0_10)
                 assert stub.synchronizations == 1
 
-    with caplog.at_level(logging.INFO, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.INFO, logger="podlevel.nri"):
         run(main())
     assert handler.calls == [
         ("configure", "containerd", "2.1.9", "x: 1"),
@@ -565,7 +565,7 @@ def test_slow_handler_is_logged_with_elapsed_time(tmp_path: Path, caplog: pytest
             await side.handshake(request_timeout_ms=100)
             await side.call("CreateContainer", api.CreateContainerRequest(), api.CreateContainerResponse)
 
-    with caplog.at_level(logging.WARNING, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.WARNING, logger="podlevel.nri"):
         run(main())
     (record,) = [r for r in caplog.records if "took" in r.getMessage()]
     assert re.search(r"handler create_container took \d+\.\d{3} s", record.getMessage())
@@ -616,7 +616,7 @@ def test_handler_time_counts_the_wait_for_earlier_handlers(
             release.set()
             assert [response.code for response in await calls] == [Code.OK, Code.OK]
 
-    with caplog.at_level(logging.WARNING, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.WARNING, logger="podlevel.nri"):
         run(main())
     assert [w.split(": ", 1)[1] for w in slow_handler_warnings(caplog)] == 2 * [
         "handler create_container took 1.500 s (waiting for earlier handlers included), over half the "
@@ -790,7 +790,7 @@ def test_no_runtime_yet_then_runtime_appears(tmp_path: Path, caplog: pytest.LogC
             finally:
                 await runtime.close()
 
-    with caplog.at_level(logging.WARNING, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.WARNING, logger="podlevel.nri"):
         run(main())
 
 
@@ -848,7 +848,7 @@ def test_stop_while_no_runtime_listens(tmp_path: Path, caplog: pytest.LogCapture
             await task
         assert not stub.wait_ready(0)
 
-    with caplog.at_level(logging.WARNING, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.WARNING, logger="podlevel.nri"):
         run(main())
 
 
@@ -879,7 +879,7 @@ def test_runtime_without_announced_timeouts(tmp_path: Path, caplog: pytest.LogCa
                     request = api.CreateContainerRequest(pod=POD, container=api.Container(name=name))
                     await side.call("CreateContainer", request, api.CreateContainerResponse)
 
-    with caplog.at_level(logging.INFO, logger="podlevel.nri.stub"):
+    with caplog.at_level(logging.INFO, logger="podlevel.nri"):
         run(main())
     assert (
         "registration timeout none (runtime default), request timeout none (runtime default)" in caplog.text
