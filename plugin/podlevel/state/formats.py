@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from enum import Enum
+from typing import Final, Literal, NamedTuple
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
@@ -417,10 +418,11 @@ def decode(data: bytes | str, kind: Kind | None = None) -> Decoded:
         except GoDecodeError as err:
             failures.append((layout, CorruptCheckpoint(BAD_CONTENT, f"as V{layout.version}: {err}")))
             continue
-        if verdict.startswith("mismatch"):
-            failures.append((layout, CorruptCheckpoint(BAD_CHECKSUM, f"as V{layout.version}: {verdict}")))
+        if verdict.outcome is Outcome.MISMATCH:
+            failure = CorruptCheckpoint(BAD_CHECKSUM, f"as V{layout.version}: {verdict.text}")
+            failures.append((layout, failure))
             continue
-        checks = [Check("checksum", True, verdict)]
+        checks = [Check("checksum", True, verdict.text)]
         notes = [f"ignored fields no layout knows: {', '.join(unknown)}"] if unknown else []
         skipped = _skipped_pod_entries(obj, layout)
         if skipped and layout.drops_pod_entries:
@@ -435,19 +437,35 @@ def decode(data: bytes | str, kind: Kind | None = None) -> Decoded:
     raise _failure(obj, family, failures, unknown)
 
 
-def _verify(layout: _Layout, obj: JSONObject) -> tuple[GoValue, str]:
-    """The decoded struct and a verdict: how its checksum verified, or `mismatch ...`."""
+class Outcome(Enum):
+    """How a layout's own checksum judged a file."""
+
+    MATCHES = "matches"
+    ZERO_ACCEPTED = "checksum 0 accepted"
+    MISMATCH = "mismatch"
+
+
+class Verdict(NamedTuple):
+    outcome: Outcome
+    text: str
+    """The verdict as `verify` and `inspect` print it."""
+
+
+def _verify(layout: _Layout, obj: JSONObject) -> tuple[GoValue, Verdict]:
+    """The decoded struct and how its checksum verified."""
     struct = layout.struct()
     value = struct.decode(obj, "", struct.fresh())
     stored = int(value.field("Checksum").text)
     if stored == 0 and layout.zero_ok:
-        return value, "checksum 0: accepted unverified, as the kubelet accepts it"
+        accepted = "checksum 0: accepted unverified, as the kubelet accepts it"
+        return value, Verdict(Outcome.ZERO_ACCEPTED, accepted)
     zeroed = _with(value, "Checksum", scalar(CHECKSUM.go, "0"))
     sums = {name: struct_checksum(pointer(f"*state.{name}", zeroed)) for name in layout.names}
     for name, computed in sums.items():
         if computed == stored:
-            return value, f"checksum {stored} matches (as state.{name})"
-    return value, f"mismatch: checksum {stored}, computed {' or '.join(str(s) for s in sums.values())}"
+            return value, Verdict(Outcome.MATCHES, f"checksum {stored} matches (as state.{name})")
+    computed_text = " or ".join(str(s) for s in sums.values())
+    return value, Verdict(Outcome.MISMATCH, f"mismatch: checksum {stored}, computed {computed_text}")
 
 
 def _skipped_pod_entries(obj: JSONObject, layout: _Layout) -> str | None:
@@ -511,8 +529,8 @@ def _legacy_check(obj: JSONObject, family: _Family, content: Content) -> tuple[C
         except GoDecodeError as err:
             errors.append(f"not V{layout.version}: {err}")
             continue
-        if verdict.startswith("mismatch"):
-            errors.append(verdict)
+        if verdict.outcome is Outcome.MISMATCH:
+            errors.append(verdict.text)
             continue
         older = family.content(value)
         notes = (
@@ -523,7 +541,7 @@ def _legacy_check(obj: JSONObject, family: _Family, content: Content) -> tuple[C
                 "other assignments"
             ]
         )
-        if verdict.startswith("checksum 0"):
+        if verdict.outcome is Outcome.ZERO_ACCEPTED:
             return Check(
                 "legacy part",
                 True,
@@ -534,7 +552,8 @@ def _legacy_check(obj: JSONObject, family: _Family, content: Content) -> tuple[C
             if layout is family.inline[0]
             else "a 1.36 kubelet with pod-level resource managers reads it; older ones reject the file"
         )
-        return Check("legacy part", True, f"legacy V{layout.version} part: {verdict}; {downgrade}"), notes
+        part = f"legacy V{layout.version} part: {verdict.text}; {downgrade}"
+        return Check("legacy part", True, part), notes
     return Check(
         "legacy part",
         False,
