@@ -61,6 +61,16 @@ from podlevel.podspec.runtime import RuntimeResources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox, kubelet_quota, verify_shape
 
 
+class Placed(NamedTuple):
+    """What one `create` decided."""
+
+    settings: Settings
+    changed: dict[str, Settings]
+    """The other containers whose settings moved (to be sent as updates with the answer)."""
+    admitted: PodDecision | None
+    """The pod's decision when this creation admitted it (its sandbox was not admitted at its start)."""
+
+
 class _Tracked(NamedTuple):
     sandbox_id: str
     name: str
@@ -142,8 +152,6 @@ class Placement:
         """sandbox id -> what its pod cgroup should hold, for every admitted pod."""
         self.pod_cgroups_changed: set[str] = set()
         """Sandbox ids whose `pod_cgroups` entry was set or dropped since `take_pod_cgroup_changes`."""
-        self.admitted_now: PodDecision | None = None
-        """The decision of the pod the last `create` admitted; None when it admitted none."""
         self._shared_of: NodeState | None = None
         self._shared = self._node_shared()
         self._flushed_pool = self._shared.cpus
@@ -160,29 +168,30 @@ class Placement:
 
     # -- events --------------------------------------------------------------------------------------------
 
-    def run_sandbox(self, sandbox: Sandbox) -> None:
+    def run_sandbox(self, sandbox: Sandbox) -> PodDecision | None:
         """The runtime starts a sandbox: admit its pod now, so that its containers' creations are lookups.
+        Returns the pod's decision when this admitted it.
 
         Raises AdmissionError (pod refused) or InputError (bad or untruthful shape annotation); nothing is
         reserved then, and the pod's first `create` decides again. The updates of other containers an
         admission makes necessary are handed out by the next `create` or `take_pending_updates`.
         """
         self.generation += 1
-        self.admitted_now = None
         self.sandboxes[sandbox.id] = sandbox
         pod = self._shapes.of(sandbox)
         if pod is None:
-            return
+            return None
         if pod.uid in self._pods:
             self._attach(sandbox, pod.uid)
-            return
+            return None
         self._verify_sandbox(sandbox, pod)
-        self._admit(sandbox, pod)
+        return self._admit(sandbox, pod)
 
     def create(
         self, sandbox: Sandbox, container_id: str, name: str, resources: RuntimeResources | None = None
-    ) -> tuple[Settings, dict[str, Settings]]:
-        """Place a new container; returns its settings and the changed settings of other containers.
+    ) -> Placed:
+        """Place a new container: its settings, the changed settings of other containers, and the pod's
+        decision when this creation admitted it.
 
         A container of a pod admitted at its sandbox's start (or by an earlier container) has its claim
         checked at its first creation and its settings looked up. Otherwise the pod is admitted now, as at
@@ -190,45 +199,46 @@ class Placement:
         state is unchanged then. `rollback_create` takes it back when its answer cannot be sent.
         """
         self.generation += 1
-        self.admitted_now = None
         undo = self._undo = _Undo(self, sandbox.id)
         if sandbox.id not in self.sandboxes:
             undo.keep(self.sandboxes, sandbox.id)
             self.sandboxes[sandbox.id] = sandbox
         uid = self._sandbox_pods.get(sandbox.id)
+        admitted = None
         if uid is not None:
             self._verify_container(sandbox, self.state.pods[uid], name, resources, undo)
         else:
-            self._place_first(sandbox, name, resources, undo)
+            admitted = self._place_first(sandbox, name, resources, undo)
         undo.keep(self.applied, container_id)
         undo.track(self._containers.get(container_id), container_id)
         settings = self.applied[container_id] = self._track(container_id, _Tracked(sandbox.id, name))
         if container_id in self._unsent:
             self._unsent = self._unsent - {container_id}
-        return settings, self._hand_out(undo, container_id)
+        return Placed(settings, self._hand_out(undo, container_id), admitted)
 
     def _place_first(
         self, sandbox: Sandbox, name: str, resources: RuntimeResources | None, undo: _Undo
-    ) -> None:
+    ) -> PodDecision | None:
         """A container of a sandbox whose pod is not admitted: admit the pod now when it has a shape (its
         sandbox was refused at its start, started while the plugin was down, or a Synchronize could not
-        admit it)."""
+        admit it). Returns the decision when it admitted the pod."""
         pod = self._shapes.of(sandbox)
         if pod is None:
-            return
+            return None
         for table in (self._sandbox_pods, self._refused, self.pod_cgroups):
             undo.keep(table, sandbox.id)
         if pod.uid in self._pods:
             self._verify_container(sandbox, pod, name, resources, undo)
             self._attach(sandbox, pod.uid)
-            return
+            return None
         self._verify_sandbox(sandbox, pod)
         self._verify_container(sandbox, pod, name, resources, undo)
         try:
-            self._admit(sandbox, pod)
+            return self._admit(sandbox, pod)
         except AdmissionError:
             if sandbox.id not in self._refused:
                 raise
+            return None
 
     def rollback_create(self) -> None:
         """Take back the last `create`: its answer could not be sent, so nothing it decided may stand."""
@@ -264,7 +274,7 @@ class Placement:
 
     def _admit(
         self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
-    ) -> None:
+    ) -> PodDecision:
         """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
         if recorded is not None:
             self.decisions.record(self.state, pod, recorded_cpus(recorded, pod.uid))
@@ -281,7 +291,6 @@ class Placement:
         self._sandbox_pods[sandbox.id] = pod.uid
         self._refused.pop(sandbox.id, None)
         self._regroup(sandbox.id)
-        self.admitted_now = decision
         exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
         self.pod_cgroups[sandbox.id] = PodCgroupSettings(
             _pod_text(sandbox), pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
@@ -289,6 +298,7 @@ class Placement:
             self.engine.config.cpu_period_us,
         )
         self.pod_cgroups_changed.add(sandbox.id)
+        return decision
 
     def _attach(self, sandbox: Sandbox, uid: str) -> None:
         """A sandbox of a pod admitted through another sandbox (the kubelet recreated it): it shares the pod's
@@ -640,7 +650,6 @@ class _Undo:
         placement._unsent = self._unsent
         placement._regrouped = self._regrouped
         placement.pod_cgroups_changed.add(self._sandbox_id)
-        placement.admitted_now = None
 
 
 class _Shapes:

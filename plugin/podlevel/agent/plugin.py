@@ -407,10 +407,9 @@ class PodLevelPlugin(Handler):
         refusal answers nothing here (see the module docstring): the pod's first CreateContainer decides
         again, logs, counts and answers it."""
         try:
-            self.placement.run_sandbox(sandbox_of(pod))
+            decision = self.placement.run_sandbox(sandbox_of(pod))
         except (AdmissionError, InputError):
             return
-        decision = self.placement.admitted_now
         if decision is not None:
             self.observer.admitted(self.placement.state, decision)
         self._commit(within=ADMISSION_WRITTEN_WITHIN_S)
@@ -425,7 +424,7 @@ class PodLevelPlugin(Handler):
         sandbox = placement.sandboxes.get(pod.id) or sandbox_of(pod)
         name = shown(container.name)  # for log lines: the runtime's names are any text
         try:
-            settings, changed = placement.create(
+            settings, changed, admitted = placement.create(
                 sandbox, container.id, container.name, runtime_resources(container.linux.resources)
             )
         except AdmissionError as err:
@@ -448,8 +447,8 @@ class PodLevelPlugin(Handler):
             placement.rollback_create()
             raise RpcError(Code.RESOURCE_EXHAUSTED, f"the adjustment of {name} takes "
                            f"{field_size(adjust)} bytes, over the {MAX_REPLY_BYTES}-byte answer limit")
-        if placement.admitted_now is not None:
-            self.observer.admitted(placement.state, placement.admitted_now)
+        if admitted is not None:
+            self.observer.admitted(placement.state, admitted)
         self._cgroups_paths[container.id] = container.linux.cgroups_path
         if self._refusals.pop(pod.id, None) is not None:
             self._stale = True

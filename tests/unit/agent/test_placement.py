@@ -167,19 +167,19 @@ def test_exclusive_slice_and_pod_shared_pool_split_the_bubble() -> None:
 
 def test_unmanaged_container_follows_the_node_shared_pool() -> None:
     placement = Placement(new_engine())
-    web, others = placement.create(unmanaged(), "web-1", "server")
+    web, others, _ = placement.create(unmanaged(), "web-1", "server")
     assert web == Settings(ALL_CPUS, BOTH_NODES, None, CFS_PERIOD_US, Assignment.NODE_SHARED)
     assert others == {}
 
     pod = fast_path()
-    _, moved = placement.create(sandbox_of(pod), "fast-app", "app")
+    _, moved, _ = placement.create(sandbox_of(pod), "fast-app", "app")
     bubble = placement.engine.decision(placement.state, pod.uid).bubble_cpus
     assert bubble is not None and len(bubble) == 4
     shrunk = Settings(ALL_CPUS - bubble, BOTH_NODES, None, CFS_PERIOD_US, Assignment.NODE_SHARED)
     assert moved == {"web-1": shrunk}
     assert placement.applied["web-1"] == shrunk
     # The second container of the same pod changes nothing for the others.
-    _, moved = placement.create(sandbox_of(pod), "fast-log", "log")
+    _, moved, _ = placement.create(sandbox_of(pod), "fast-log", "log")
     assert moved == {}
     assert placement.take_pending_updates() == {}
 
@@ -196,7 +196,7 @@ def test_pool_back_where_it_was_before_anyone_was_told_moves_nobody() -> None:
     placement.create(unmanaged(), "web-1", "server")
     start(placement, fast_path("old"))
     placement.remove_sandbox("sb-old")
-    settings, moved = placement.create(sandbox_of(fast_path("new")), "new-app", "app")
+    settings, moved, _ = placement.create(sandbox_of(fast_path("new")), "new-app", "app")
     assert moved == {}
     assert placement.take_pending_updates() == {}
     bubble = placement.engine.decision(placement.state, "uid-new").bubble_cpus
@@ -215,7 +215,7 @@ def test_classic_pod_node_shared_container_follows_later_bubbles() -> None:
     placement = Placement(new_engine())
     start(placement, classic())
     first = start(placement, classic_burstable())
-    _, moved = placement.create(sandbox_of(fast_path()), "fast-app", "app")
+    _, moved, _ = placement.create(sandbox_of(fast_path()), "fast-app", "app")
     assert set(moved) == {"burstable-burst"}
     assert moved["burstable-burst"].cpus == placement.engine.node_shared_pool(placement.state)
     assert moved["burstable-burst"].assignment is Assignment.NODE_SHARED
@@ -275,7 +275,7 @@ def test_container_missing_from_the_shape_runs_in_the_node_shared_pool() -> None
     """Ephemeral and debug containers are never in the partition (KEP-5526): the node pool, no refusal."""
     placement = Placement(new_engine())
     start(placement, fast_path())
-    settings, _ = placement.create(sandbox_of(fast_path()), "fast-debug", "debug")
+    settings, _, _ = placement.create(sandbox_of(fast_path()), "fast-debug", "debug")
     assert settings.assignment is Assignment.NODE_SHARED
     assert settings.cpus == placement.engine.node_shared_pool(placement.state)
     assert settings.cpu_quota_us is None
@@ -305,7 +305,7 @@ def test_shape_claiming_more_than_the_runtime_carries_is_an_input_error() -> Non
     assert snapshot(placement) == before
 
     truthful = linux_resources(app.resources, 100_000)
-    settings, _ = placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", truthful)
+    settings, _, _ = placement.create(replace(sandbox_of(pod), resources=honest), "fast-app", "app", truthful)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
 
 
@@ -318,7 +318,7 @@ def test_pod_as_a_kubelet_sends_it_is_admitted(case: Case) -> None:
     sandbox = replace(sandbox_of(pod), resources=sandbox_resources(pod))
     for container in pod.all_containers:
         sent = container_resources(pod, container)
-        settings, _ = placement.create(sandbox, f"{pod.name}-{container.name}", container.name, sent)
+        settings, _, _ = placement.create(sandbox, f"{pod.name}-{container.name}", container.name, sent)
         assert settings.cpus
     assert pod.uid in placement.state.pods
 
@@ -357,7 +357,7 @@ def test_quota_lifted_for_exclusive_cpus_is_not_a_claim() -> None:
     assert pod.resources is not None and app is not None
     lifted = replace(linux_resources(pod.resources, 100_000), cpu_quota=-1)
     app_lifted = replace(linux_resources(app.resources, 100_000), cpu_quota=-1)
-    settings, _ = Placement(new_engine()).create(
+    settings, _, _ = Placement(new_engine()).create(
         replace(sandbox_of(pod), resources=lifted), "fast-app", "app", app_lifted
     )
     assert settings.assignment is Assignment.POD_EXCLUSIVE
@@ -387,7 +387,7 @@ def test_container_restart_keeps_the_allocation(container: str) -> None:
 
     placement.remove_container(f"fast-{container}")
     assert placement.state is state, "a removed container keeps its pod's allocations"
-    settings, moved = placement.create(sandbox_of(fast_path()), f"fast-{container}-restarted", container)
+    settings, moved, _ = placement.create(sandbox_of(fast_path()), f"fast-{container}-restarted", container)
 
     assert settings == first[container]
     assert moved == {}
@@ -534,7 +534,7 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
 
     # A refused running pod's container restarts: it stays in the node shared pool, it is not failed.
     restarted.remove_container("first-app")
-    settings, _ = restarted.create(sandbox_of(first), "first-app-2", "app")
+    settings, _, _ = restarted.create(sandbox_of(first), "first-app-2", "app")
     assert settings.assignment is Assignment.NODE_SHARED and settings.cpu_quota_us == 2 * CFS_PERIOD_US
 
 
@@ -611,7 +611,7 @@ def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -
     assert crowded.applied["late-log"].assignment is Assignment.NODE_SHARED
 
     crowded.remove_sandbox("sb-blocker")
-    settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
+    settings, moved, _ = crowded.create(sandbox_of(late), "late-app", "app")
     assert settings.assignment is Assignment.POD_EXCLUSIVE
     assert moved["late-log"].assignment is Assignment.POD_SHARED
 
@@ -631,7 +631,7 @@ def test_a_pod_admitted_at_a_later_container_moves_its_running_containers_in_tha
     crowded.take_pending_updates()
 
     crowded.remove_sandbox("sb-blocker")
-    settings, moved = crowded.create(sandbox_of(late), "late-app", "app")
+    settings, moved, _ = crowded.create(sandbox_of(late), "late-app", "app")
 
     assert settings.assignment is Assignment.POD_EXCLUSIVE
     assert moved["late-log"].assignment is Assignment.POD_SHARED
@@ -767,7 +767,7 @@ def test_a_pod_without_a_budget_needs_no_sandbox_resources() -> None:
     pod = make_pod("solo", app("c", guaranteed(2000, GI)), uid="uid-solo")
     bare = replace(sandbox_of(pod), resources=RuntimeResources())
     first = pod.containers[0]
-    settings, _ = placement.create(bare, "c0", first.name, container_resources(pod, first))
+    settings, _, _ = placement.create(bare, "c0", first.name, container_resources(pod, first))
     assert settings.cpu_quota_us is not None
 
 
@@ -783,7 +783,7 @@ def test_a_later_container_is_checked_against_its_own_runtime_resources() -> Non
     assert raised.value.rule == "pod shape"
     assert "fast-app" not in placement.applied
     honest = container_resources(pod, pod.container("app"))
-    settings, _ = placement.create(sandbox, "fast-app", "app", honest)
+    settings, _, _ = placement.create(sandbox, "fast-app", "app", honest)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
 
 
@@ -793,7 +793,7 @@ def test_a_restart_after_a_resize_is_not_checked_again() -> None:
     sandbox = sandbox_of(pod)
     placement.create(sandbox, "fast-app", "app", container_resources(pod, pod.container("app")))
     resized = replace(container_resources(pod, pod.container("app")), memory_limit=512 * MI)
-    settings, _ = placement.create(sandbox, "fast-app-2", "app", resized)
+    settings, _, _ = placement.create(sandbox, "fast-app-2", "app", resized)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
 
 
@@ -841,17 +841,17 @@ def test_a_pod_admitted_at_its_sandbox_has_its_containers_looked_up(monkeypatch:
     placement = Placement(new_engine())
     placement.create(unmanaged(), "web-1", "server")
     pod = fast_path()
-    placement.run_sandbox(sandbox_of(pod))
-    decision = placement.admitted_now
+    decision = placement.run_sandbox(sandbox_of(pod))
     assert decision is not None and decision.pod.uid == pod.uid
     assert placement.pod_cgroups["sb-fast"].cpus == decision.bubble_cpus
     assert placement.take_pod_cgroup_changes() == {"sb-fast"}
     monkeypatch.setattr(placement.engine, "admit", None)
     monkeypatch.setattr("podlevel.agent.placement.from_annotation", None)
 
-    app_settings, moved = placement.create(replace(sandbox_of(pod), annotations={}), "fast-app", "app")
+    app_settings, moved, admitted = placement.create(replace(sandbox_of(pod), annotations={}), "fast-app",
+                                                     "app")
 
-    assert placement.admitted_now is None
+    assert admitted is None
     assert app_settings.assignment is Assignment.POD_EXCLUSIVE
     # The node shared pool shrank at the sandbox: the pod's first container carries the move of the others.
     assert decision.bubble_cpus is not None
@@ -908,9 +908,9 @@ def test_a_pod_refused_at_its_sandbox_is_admitted_by_a_creation_once_there_is_ro
         placement.create(second, "second-app", "app")
     placement.remove_sandbox("sb-first")
 
-    settings, _ = placement.create(second, "second-app", "app")
+    settings, _, admitted = placement.create(second, "second-app", "app")
 
-    assert settings.assignment is Assignment.POD_EXCLUSIVE and placement.admitted_now is not None
+    assert settings.assignment is Assignment.POD_EXCLUSIVE and admitted is not None
 
 
 def test_a_recreated_sandbox_of_a_pod_admitted_at_its_start_shares_the_admission() -> None:
@@ -918,8 +918,8 @@ def test_a_recreated_sandbox_of_a_pod_admitted_at_its_start_shares_the_admission
     pod = fast_path()
     placement.run_sandbox(sandbox_of(pod))
     state = placement.state
-    placement.run_sandbox(replace(sandbox_of(pod), id="sb-fast-2"))
-    assert placement.state is state and placement.admitted_now is None
+    assert placement.run_sandbox(replace(sandbox_of(pod), id="sb-fast-2")) is None
+    assert placement.state is state
     placement.remove_sandbox("sb-fast")
     assert pod.uid in placement.state.pods, "the recreated sandbox still holds the pod"
     assert placement.create(replace(sandbox_of(pod), id="sb-fast-2"), "fast-app", "app")[0].assignment is (
@@ -932,7 +932,7 @@ def test_a_rolled_back_create_in_an_admitted_pod_keeps_the_admission_and_hands_t
     pod = fast_path()
     placement.run_sandbox(sandbox_of(pod))
     before = placement.view()
-    _, moved = placement.create(sandbox_of(pod), "fast-app", "app")
+    _, moved, _ = placement.create(sandbox_of(pod), "fast-app", "app")
     assert list(moved) == ["web-1"]
 
     placement.rollback_create()
