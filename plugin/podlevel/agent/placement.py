@@ -27,10 +27,10 @@ Rules:
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
-`podspec.shape_check`. The ~650 lines left are one job held together by one invariant: containers grouped by
-what they follow, handed one `Settings` per group when the pool moves, and every change of a `create`
-recorded so its answer stands all or nothing (`_Undo`); split further, each half would read the other's
-tables.
+`podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~650 lines left are one job
+held together by one invariant (the class docstring): which containers' settings an event changed, found
+without looking at every container, and every change of a `create` recorded so its answer stands all or
+nothing (`_Undo`); split further, each half would read the other's tables.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from itertools import repeat
 from typing import Any, Final, NamedTuple
 
 from podlevel.agent.decisions import DecisionLog
+from podlevel.agent.pool_followers import Follows, PoolFollowers
 from podlevel.agent.records import (
     Observed,
     PlacementView,
@@ -76,14 +77,6 @@ class _Tracked(NamedTuple):
     name: str
 
 
-class _Follows(NamedTuple):
-    """What a container whose CPUs follow the node shared pool keeps of its own: everything else."""
-
-    mems: tuple[int, ...]
-    cpu_quota_us: int | None
-    cpu_period_us: int
-
-
 def pod_shape(sandbox: Sandbox) -> Pod | None:
     """The engine pod a sandbox's shape annotation describes, or None when it has none.
 
@@ -108,7 +101,7 @@ class Placement:
     accordingly. `_unsent` holds the containers whose updates were handed out but did not fit an answer
     (`defer`): they are handed out again until an answer carries them.
 
-    `_following` files every tracked container whose settings the pool moves (plain node-shared ones,
+    `_followers` files every tracked container whose settings the pool moves (plain node-shared ones,
     managed ones outside any bubble, those of pods a Synchronize could not admit again), grouped by what
     each keeps of its own; the others hold settings the pool never changes. So when the pool moves, each
     group's new settings are made once and handed out to all its containers, which all differ from
@@ -129,7 +122,7 @@ class Placement:
         """sandbox id -> ids of its tracked containers (an ordered set), kept with `_containers`."""
         self._sandbox_pods: dict[str, str] = {}
         """sandbox id -> uid of its admitted pod, for managed pods only."""
-        self._pods: dict[str, dict[str, Settings | _Follows]] = {}
+        self._pods: dict[str, dict[str, Settings | Follows]] = {}
         """pod uid -> container name -> its decided settings, or what it keeps when it follows the pool."""
         self._checked: dict[str, set[str]] = {}
         """sandbox id -> names of its containers whose claim was checked against the runtime at their first
@@ -138,12 +131,10 @@ class Placement:
         """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
         the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
-        self._plain = _Follows(engine.topology.numa_node_ids, None, engine.config.cpu_period_us)
+        self._plain = Follows(engine.topology.numa_node_ids, None, engine.config.cpu_period_us)
         """What a container in the node shared pool keeps: the node's own settings (`_node_shared`)."""
-        self._following: dict[_Follows, dict[str, None]] = {}
-        """What they keep -> ids of the tracked containers that follow the pool (ordered sets)."""
-        self._follows: dict[str, _Follows] = {}
-        """container id -> its group in `_following`; kept with `_containers`."""
+        self._followers = PoolFollowers()
+        """The tracked containers that follow the pool, by what they keep; kept with `_containers`."""
         self._regrouped: set[str] = set()
         """Replaced, never changed in place: an `_Undo` holds the set it found."""
         self.sandboxes: dict[str, Sandbox] = {}
@@ -285,7 +276,7 @@ class Placement:
         self._pods[pod.uid] = {
             d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
             if d.assignment is not Assignment.NODE_SHARED
-            else _Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
+            else Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
             for d in decision.containers
         }
         self._sandbox_pods[sandbox.id] = pod.uid
@@ -364,8 +355,7 @@ class Placement:
         self.sandboxes = dict(by_id)
         self._containers.clear()
         self._by_sandbox.clear()
-        self._following.clear()
-        self._follows.clear()
+        self._followers.clear()
         observed: dict[str, Observed] = {}
         by_sandbox: dict[str, list[Observed]] = {}
         for row in containers:
@@ -452,8 +442,7 @@ class Placement:
             return {}
         changed: dict[str, Settings] = {}
         if moved:
-            for kept, ids in self._following.items():
-                changed.update(dict.fromkeys(ids, self._at(kept, shared)))
+            changed.update(self._followers.at_pool(lambda kept: self._at(kept, shared)))
             if fresh is not None:
                 loose.add(fresh)
         for container_id in loose:
@@ -478,7 +467,7 @@ class Placement:
         own = self._own(tracked)
         return own if isinstance(own, Settings) else self._at(own, shared)
 
-    def _own(self, tracked: _Tracked) -> Settings | _Follows:
+    def _own(self, tracked: _Tracked) -> Settings | Follows:
         """A tracked container's settings when the node shared pool cannot move them, else what it keeps of
         its own while its CPUs follow the pool: a managed container outside any bubble its memory nodes and
         quota, one of a pod a Synchronize could not admit again the kubelet's quota."""
@@ -493,7 +482,7 @@ class Placement:
         period = self._plain.cpu_period_us
         return self._plain._replace(cpu_quota_us=kubelet_quota(refused, tracked.name, period))
 
-    def _at(self, kept: _Follows, shared: Settings) -> Settings:
+    def _at(self, kept: Follows, shared: Settings) -> Settings:
         """The settings of a container that keeps `kept` and follows the node shared pool `shared`."""
         if kept == self._plain:
             return shared
@@ -525,29 +514,19 @@ class Placement:
             del siblings[container_id]
             if not siblings:
                 del self._by_sandbox[tracked.sandbox_id]
-            self._ungroup(container_id)
+            self._followers.drop(container_id)
             if container_id in self._regrouped:
                 self._regrouped = self._regrouped - {container_id}
         return tracked
 
     def _group(self, container_id: str, tracked: _Tracked) -> Settings:
-        """File a tracked container in `_following` when the pool moves it; returns its settings now."""
+        """File a tracked container among the followers when the pool moves it; returns its settings now."""
         own = self._own(tracked)
-        kept = None if isinstance(own, Settings) else own
-        if self._follows.get(container_id) != kept:
-            self._ungroup(container_id)
-            if kept is not None:
-                self._following.setdefault(kept, {})[container_id] = None
-                self._follows[container_id] = kept
-        return own if isinstance(own, Settings) else self._at(own, self._node_shared())
-
-    def _ungroup(self, container_id: str) -> None:
-        kept = self._follows.pop(container_id, None)
-        if kept is not None:
-            peers = self._following[kept]
-            del peers[container_id]
-            if not peers:
-                del self._following[kept]
+        if isinstance(own, Settings):
+            self._followers.file(container_id, None)
+            return own
+        self._followers.file(container_id, own)
+        return self._at(own, self._node_shared())
 
     def _regroup(self, sandbox_id: str) -> None:
         """The sandbox's pod was admitted, attached or put back: its tracked containers change group, and
