@@ -1,8 +1,9 @@
-"""The newest checkpoint layouts (CPU V4, memory V3), written from per-pod fragments kept between writes.
+"""The fast encoder: the newest checkpoint layouts (CPU V4, memory V3), written from per-pod fragments kept
+between writes.
 
 The plugin writes both checkpoints at every admission and release, before any answer applies it, so their
 cost lands on the container-creation path. Building the whole `GoValue` model, encoding it, reading it
-back and rendering it for the checksum (what `formats` does for the older layouts) grows with every pod on
+back and rendering it for the checksum (what `encoder` does for the older layouts) grows with every pod on
 the node; here each pod's JSON text and spew rendering are made once and kept while its entries stay equal,
 and a write joins the fragments (each also kept escaped, as it reads inside the `data` string) and hashes
 the two texts. The bytes are the ones the model gives: the JSON of `gotypes` and the rendering of
