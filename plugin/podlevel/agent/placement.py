@@ -552,6 +552,7 @@ class Placement:
             dict(self.applied),
             dict(self._sandbox_pods),
             frozenset(self._refused),
+            {sandbox_id: tuple(ids) for sandbox_id, ids in self._by_sandbox.items()},
         )
 
     def is_pod_level(self, sandbox: Sandbox) -> bool:

@@ -92,3 +92,5 @@ class PlacementView:
     """sandbox id -> uid of its admitted pod."""
     kept_out: frozenset[str]
     """Sandboxes of running managed pods a Synchronize could not admit again (left in the node pool)."""
+    by_sandbox: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """sandbox id -> its containers' ids, in the order they were tracked (so a pod's are not searched for)."""

@@ -71,7 +71,7 @@ def pod_resources(snapshot: NodeSnapshot, sandbox: Sandbox) -> pb.PodResources:
     pod = view.state.pods.get(uid) if uid is not None else None
     if pod is None:
         answer.containers.extend(
-            pb.ContainerResources(name=name) for sid, name in view.containers.values() if sid == sandbox.id
+            pb.ContainerResources(name=view.containers[cid][1]) for cid in view.by_sandbox.get(sandbox.id, ())
         )
         return answer
     state = view.state
@@ -113,10 +113,15 @@ def list_response(snapshot: NodeSnapshot) -> pb.ListPodResourcesResponse:
 
 
 def find_pod(snapshot: NodeSnapshot, namespace: str, name: str) -> pb.PodResources | None:
-    for sandbox in listed_sandboxes(snapshot):
-        if (sandbox.namespace, sandbox.name) == (namespace, name):
-            return pod_resources(snapshot, sandbox)
-    return None
+    """The pod `List` would list under that name (the lowest uid, if a recreated pod's old sandbox lingers),
+    found without sorting the node."""
+    view = snapshot.placement
+    by_uid: dict[str, Sandbox] = {}
+    for sandbox in view.sandboxes.values():
+        if (sandbox.namespace, sandbox.name) == (namespace, name) and (
+                sandbox.uid not in by_uid or sandbox.id in view.admitted):
+            by_uid[sandbox.uid] = sandbox
+    return pod_resources(snapshot, by_uid[min(by_uid)]) if by_uid else None
 
 
 def allocatable_response(snapshot: NodeSnapshot) -> pb.AllocatableResourcesResponse:

@@ -272,9 +272,10 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> PodDocument:
             "failure": snapshot.pod_cgroup_failures.get(sandbox_id),
         }
     containers: list[ContainerDocument] = []
-    for container_id, (owner, name) in view.containers.items():
+    for container_id in view.by_sandbox.get(sandbox_id, ()):
+        name = view.containers[container_id][1]
         settings = view.applied.get(container_id)
-        if owner != sandbox_id or settings is None:
+        if settings is None:
             continue
         containers.append({
             "id": container_id,
