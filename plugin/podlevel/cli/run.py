@@ -332,8 +332,14 @@ def start_serving(server: Server) -> None:
 
 
 def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> LazyGrpcSocket:
-    """The PodResources service; gRPC is imported only for it."""
+    """The PodResources service; gRPC is imported only for it. A socket that cannot be made is bad
+    configuration of the flag at fault."""
     from podlevel.report.podresources import podresources_socket
+    from podlevel.report.unix_socket import SocketError
 
-    return podresources_socket(Path(args.podresources_socket), lambda: plugin.snapshot,
-                               group=args.podresources_socket_group)
+    try:
+        return podresources_socket(Path(args.podresources_socket), lambda: plugin.snapshot,
+                                   group=args.podresources_socket_group)
+    except SocketError as err:
+        flag = "--podresources-socket-group" if err.about == "group" else "--podresources-socket"
+        raise InputError(flag, str(err)) from None

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from podlevel.engine.errors import InputError
-from podlevel.report.unix_socket import bind_private, remove_if_same
+from podlevel.report.unix_socket import SocketError, bind_private, remove_if_same
 
 if TYPE_CHECKING:
     import grpc
@@ -33,16 +32,16 @@ RELAY_CHUNK: Final = 1 << 16
 class LazyGrpcSocket:
     """`make_server()` (a gRPC server with its services, no port yet) served on the unix socket `path`,
     mode 0600 (0660 and group `gid` when given), listening from construction and answering from `start()`
-    until `stop()`. `rule` names the setting a bad path is reported against; `what` names the service."""
+    until `stop()`; a path that cannot be served raises SocketError. `what` names the service."""
 
-    def __init__(self, path: Path, make_server: Callable[[], grpc.Server], *, gid: int | None, rule: str,
+    def __init__(self, path: Path, make_server: Callable[[], grpc.Server], *, gid: int | None,
                  what: str) -> None:
         self.path = path
         self._make_server = make_server
-        self._gid, self._rule, self._what = gid, rule, what
+        self._gid, self._what = gid, what
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._created = bind_private(self.path, self._listen, gid=gid, rule=rule)
+            self._created = bind_private(self.path, self._listen, gid=gid)
         except BaseException:
             self._listener.close()
             raise
@@ -57,7 +56,7 @@ class LazyGrpcSocket:
             self._listener.bind(address.removeprefix("unix:"))
             self._listener.listen()
         except OSError as err:
-            raise InputError(self._rule, f"cannot listen on {self.path}: {err.strerror}") from None
+            raise SocketError("path", f"cannot listen on {self.path}: {err.strerror}") from None
 
     def start(self) -> None:
         self._waiting = threading.Thread(target=self._first_client, name="grpc-listener", daemon=True)
@@ -102,9 +101,9 @@ class LazyGrpcSocket:
             try:
                 server.add_insecure_port(address)
             except RuntimeError as err:
-                raise InputError(self._rule, f"cannot listen on {self.path}: {err}") from None
+                raise SocketError("path", f"cannot listen on {self.path}: {err}") from None
 
-        self._created = bind_private(self.path, bind, gid=self._gid, rule=self._rule)
+        self._created = bind_private(self.path, bind, gid=self._gid)
         server.start()
         self._server = server
         log.info("%s: gRPC started for the first client", self._what)

@@ -33,12 +33,11 @@ from podlevel._proto.podresources import api_pb2 as pb
 from podlevel.agent.records import Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.errors import InputError
 from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.pod import ContainerKind
 from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
 from podlevel.report.lazy_grpc import LazyGrpcSocket
-from podlevel.report.unix_socket import group_id, warn_if_unreachable
+from podlevel.report.unix_socket import SocketError, group_id, warn_if_unreachable
 
 if TYPE_CHECKING:
     import grpc
@@ -47,7 +46,6 @@ log = logging.getLogger(__name__)
 
 KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 """The kubelet's own socket: never taken over, consumers must be able to ask either."""
-SOCKET_FLAG: Final = "--podresources-socket"
 
 _LISTED_KINDS: Final = (ContainerKind.SIDECAR, ContainerKind.APP)
 
@@ -146,7 +144,7 @@ def podresources_socket(path: Path, snapshot: Callable[[], NodeSnapshot], *,
     now (so a bad path fails at start-up), gRPC loaded at the first client (`lazy_grpc`)."""
     path = Path(os.path.abspath(path))
     if os.path.realpath(path) == os.path.realpath(KUBELET_SOCKET):
-        raise InputError(SOCKET_FLAG, f"{path} is the kubelet's own PodResources socket; the plugin "
+        raise SocketError("path", f"{path} is the kubelet's own PodResources socket; the plugin "
                          f"needs a path of its own (default {DEFAULT_PODRESOURCES_SOCKET})")
     gid = group_id(group) if group else None
 
@@ -155,7 +153,7 @@ def podresources_socket(path: Path, snapshot: Callable[[], NodeSnapshot], *,
 
         return grpc_server(snapshot)
 
-    served = LazyGrpcSocket(path, make_server, gid=gid, rule=SOCKET_FLAG, what="PodResources v1")
+    served = LazyGrpcSocket(path, make_server, gid=gid, what="PodResources v1")
     if gid is not None:
         warn_if_unreachable(path, gid)
     return served

@@ -16,40 +16,47 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
-
-from podlevel.engine.errors import InputError
+from typing import Final, Literal
 
 log = logging.getLogger(__name__)
+
+class SocketError(Exception):
+    """A socket that cannot be made as asked. `about` says which setting is at fault, `path` (where) or
+    `group` (who may connect), for the caller to name it as the user gave it."""
+
+    def __init__(self, about: Literal["path", "group"], message: str) -> None:
+        super().__init__(message)
+        self.about = about
+
 
 OWNER_ONLY: Final = 0o600
 OWNER_AND_GROUP: Final = 0o660
 
 
 def group_id(group: str) -> int:
-    """A group given by name or number; raises InputError naming it when the system has no such group."""
+    """A group given by name or number; raises SocketError naming it when the system has no such group."""
     if group.isascii() and group.isdigit():
         return int(group)
     try:
         return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise InputError("--podresources-socket-group", f"no group named {group!r}") from None
+        raise SocketError("group", f"no group named {group!r}") from None
 
 
-def check_replaceable(path: Path, rule: str) -> None:
+def check_replaceable(path: Path) -> None:
     """Refuse a path that holds something other than a socket (which a run before this one left)."""
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
-        raise InputError(rule, f"{path} exists and is not a socket; refusing to replace it")
+        raise SocketError("path", f"{path} exists and is not a socket; refusing to replace it")
 
 
-def bind_private(path: Path, bind: Callable[[str], None], *, gid: int | None, rule: str) -> os.stat_result:
+def bind_private(path: Path, bind: Callable[[str], None], *, gid: int | None) -> os.stat_result:
     """Have `bind(address)` bind and listen on `unix:<hidden path>`, then put the socket at `path` with mode
     0600 (0660 and group `gid` when given). Returns the socket's stat, to recognise it at removal."""
-    check_replaceable(path, rule)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Short names: the staged path must stay within the 107 bytes a socket address holds.
     hidden = Path(tempfile.mkdtemp(prefix=".sock-", dir=path.parent))

@@ -21,7 +21,7 @@ from podlevel.agent.placement import Placement
 from podlevel.agent.records import Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
-from podlevel.engine.errors import AdmissionError, InputError
+from podlevel.engine.errors import AdmissionError
 from podlevel.engine.pod import Pod
 from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
@@ -33,7 +33,7 @@ from podlevel.report.podresources import (
     list_response,
     podresources_socket,
 )
-from podlevel.report.unix_socket import bind_private
+from podlevel.report.unix_socket import SocketError, bind_private
 from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine, pod, sidecar
 
 
@@ -259,7 +259,7 @@ def test_group_socket_is_0660_and_owned_by_the_group(
 
 
 def test_unknown_group_is_refused(tmp_path: Path, pod_scope: Placement) -> None:
-    with pytest.raises(InputError, match="no group named 'no-such-group-here'"):
+    with pytest.raises(SocketError, match="no group named 'no-such-group-here'"):
         podresources_socket(tmp_path / "pr.sock", lambda: snapshot_of(pod_scope), group="no-such-group-here")
 
 
@@ -276,7 +276,7 @@ def test_the_socket_never_appears_at_its_path_before_it_is_private(tmp_path: Pat
         seen.append((stat.S_IMODE(staged.parent.stat().st_mode), path.exists()))
 
     with listener:
-        bind_private(path, bind, gid=None, rule="--podresources-socket")
+        bind_private(path, bind, gid=None)
         assert seen == [(0o700, False)]
         assert stat.S_IMODE(path.lstat().st_mode) == 0o600
         assert os.listdir(tmp_path) == ["pr.sock"]
@@ -295,13 +295,13 @@ def test_a_stale_socket_is_replaced_and_other_files_refused(tmp_path: Path, pod_
     finally:
         server.stop()
     path.write_text("not a socket")
-    with pytest.raises(InputError, match="exists and is not a socket; refusing to replace it"):
+    with pytest.raises(SocketError, match="exists and is not a socket; refusing to replace it"):
         podresources_socket(path, lambda: snapshot_of(pod_scope))
     assert path.read_text() == "not a socket"
 
 
 def test_the_kubelets_socket_is_refused(pod_scope: Placement) -> None:
-    with pytest.raises(InputError, match="is the kubelet's own PodResources socket"):
+    with pytest.raises(SocketError, match="is the kubelet's own PodResources socket"):
         podresources_socket(KUBELET_SOCKET, lambda: snapshot_of(pod_scope))
 
 
