@@ -82,7 +82,7 @@ from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Settings
-from podlevel.cli.logs import configure_logging
+from podlevel.cli.log_output import configure_logging
 from podlevel.cli.run import plugin_metrics, report_servers
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig, NodeState

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Final
 
 from podlevel.agent.events import Observer
-from podlevel.agent.logs import logger
 from podlevel.agent.records import Settings
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.cgroups import (
@@ -40,6 +39,7 @@ from podlevel.cgroups import (
 )
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
+from podlevel.eventlog import logger
 
 log = logger(__name__)
 
@@ -181,7 +181,7 @@ class DriftRepair:
         if key in self._logged:
             return
         self._logged.add(key)
-        (log.error if error else log.warning)("%s", message, container=drift.container_id)
+        (log.error if error else log.warning)("{what}", what=message, container=drift.container_id)
 
 
 def _on_exclusive(drift: Drift, snapshot: NodeSnapshot) -> bool:

@@ -49,7 +49,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
-from podlevel.agent.logs import logger
 from podlevel.agent.placement import Placement
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Observed, Sandbox, Settings, runtime_pod_key
@@ -59,6 +58,7 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import quote, shown
 from podlevel.engine.manager import NodeState
+from podlevel.eventlog import logger
 from podlevel.nri import (
     MAX_REPLY_BYTES,
     Code,
@@ -186,8 +186,8 @@ def _log_moved(changed: Mapping[str, Settings]) -> None:
         return
     for settings, ids in by_settings(changed).items():
         shown = ", ".join(cid[:12] for cid in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-        log.info("updated %d containers (%s): %s cpus=%s", len(ids), shown, settings.assignment.value,
-                 settings.cpus, containers=len(ids), assignment=settings.assignment.value, cpus=settings.cpus)
+        log.info("updated {containers} containers ({ids}): {assignment} cpus={cpus}", containers=len(ids),
+                 ids=shown, assignment=settings.assignment.value, cpus=settings.cpus)
 
 
 def _key(pod: api.PodSandbox) -> str:
@@ -330,7 +330,7 @@ class PodLevelPlugin(Handler):
         self.observer.checkpoint_failed()
         if str(err) != self._save_error:
             path = self.state.path if self.state is not None else None
-            log.error("checkpoint not written to %s, will retry at the next event: %s", path, err, path=path,
+            log.error("checkpoint not written to {path}, will retry at the next event: {error}", path=path,
                       error=err)
             self._save_error, self._stale = str(err), True
 
@@ -344,8 +344,8 @@ class PodLevelPlugin(Handler):
             self._writer.close()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
-        log.info("runtime %s %s; engine on %s", runtime.name, runtime.version,
-                 self.placement.engine.topology.describe(), runtime=runtime.name, version=runtime.version)
+        log.info("runtime {runtime} {version}; engine on {node}", runtime=runtime.name,
+                 version=runtime.version, node=self.placement.engine.topology.describe())
 
     @_exclusive
     def synchronize(
@@ -379,24 +379,24 @@ class PodLevelPlugin(Handler):
         if unreadable:
             count, first = len(unreadable), unreadable[0]
             more = f" and {count - 1} more" if count > 1 else ""
-            log.warning("ignoring the runtime's cpusets of %d containers, taken as unset: %s%s", count, first,
-                        more, containers=count, reason=first)
+            log.warning("ignoring the runtime's cpusets of {containers} containers, taken as unset: "
+                        "{reason}{more}", containers=count, reason=first, more=more)
         self._cgroups_paths = {c.id: c.linux.cgroups_path for c in running}
         self._refusals = {}
         self._synchronized = True
         changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
         resync = self.placement.resync
         for sandbox_id, reason in resync.moved:
-            log.warning("pod sandbox %s moved after resync: %s", shown(sandbox_id), reason,
-                        sandbox=shown(sandbox_id), reason=reason)
+            log.warning("pod sandbox {sandbox} moved after resync: {reason}", sandbox=shown(sandbox_id),
+                        reason=reason)
         for sandbox_id, reason in refused:
-            log.warning("pod sandbox %s kept in the node shared pool after resync: %s", shown(sandbox_id),
-                        reason, sandbox=shown(sandbox_id), reason=reason)
+            log.warning("pod sandbox {sandbox} kept in the node shared pool after resync: {reason}",
+                        sandbox=shown(sandbox_id), reason=reason)
         if resync.restored or resync.released:
-            log.info("restored %d pods from the checkpoint, released %d it held that are gone",
-                     resync.restored, resync.released, restored=resync.restored, released=resync.released)
-        log.info("synchronized %d pods, %d containers; %d updates", len(pods), len(current), len(changed),
-                 pods=len(pods), containers=len(current), updates=len(changed))
+            log.info("restored {restored} pods from the checkpoint, released {released} it held that are "
+                     "gone", restored=resync.restored, released=resync.released)
+        log.info("synchronized {pods} pods, {containers} containers; {updates} updates", pods=len(pods),
+                 containers=len(current), updates=len(changed))
         self._commit(force=True)
         self._durable()
         return self._fit(changed, MAX_REPLY_BYTES)
@@ -415,7 +415,7 @@ class PodLevelPlugin(Handler):
         self._commit(within=ADMISSION_WRITTEN_WITHIN_S)
         if decision is not None and log.isEnabledFor(logging.INFO):
             bubble = "none" if decision.bubble_cpus is None else str(decision.bubble_cpus)
-            log.info("admitted %s: bubble %s", _key(pod), bubble, pod=_key(pod), bubble=bubble)
+            log.info("admitted {pod}: bubble {bubble}", pod=_key(pod), bubble=bubble)
 
     @_exclusive
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
@@ -428,14 +428,13 @@ class PodLevelPlugin(Handler):
                 sandbox, container.id, container.name, runtime_resources(container.linux.resources)
             )
         except AdmissionError as err:
-            log.warning("refused %s container %s: %s", _key(pod), name, err, pod=_key(pod),
-                        container=name, error_type=err.type, resource=err.resource,
-                        reason=err.message)
+            log.warning("refused {pod} container {container}: {error_type}: {reason}", pod=_key(pod),
+                        container=name, error_type=err.type, resource=err.resource, reason=err.message)
             self.observer.refused(self.placement.is_pod_level(sandbox), err)
             self._refused(pod, f"{err.type}: {err.message}")
             raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
         except InputError as err:
-            log.warning("bad pod shape for %s: %s", _key(pod), err, pod=_key(pod), container=name,
+            log.warning("bad pod shape for {pod}: {error}", pod=_key(pod), container=name, error=err,
                         error_type=error_type(err), rule=err.rule, reason=err.message)
             self.observer.refused(False, err)
             self._refused(pod, str(err))
@@ -456,12 +455,10 @@ class PodLevelPlugin(Handler):
         self._commit()
         self._durable()
         if log.isEnabledFor(logging.INFO):
-            quota = quota_text(settings.cpu_quota_us)
             log.info(
-                "placed %s container %s: %s cpus=%s mems=%s quota=%s", _key(pod), name,
-                settings.assignment.value, settings.cpus, str(CPUSet(settings.mems)), quota, pod=_key(pod),
-                container=name, assignment=settings.assignment.value, cpus=settings.cpus,
-                mems=str(CPUSet(settings.mems)), quota=quota,
+                "placed {pod} container {container}: {assignment} cpus={cpus} mems={mems} quota={quota}",
+                pod=_key(pod), container=name, assignment=settings.assignment.value, cpus=settings.cpus,
+                mems=str(CPUSet(settings.mems)), quota=quota_text(settings.cpu_quota_us),
             )
         _log_moved(changed)
         return CreateResult(adjust=adjust, updates=updates)
@@ -477,8 +474,8 @@ class PodLevelPlugin(Handler):
         for container_id in deferred:
             del changed[container_id]
         self.placement.defer(deferred)
-        log.warning("answer carries %d of %d container updates (runtime message limit); %d wait for the "
-                    "next answers", fitting, len(updates), len(deferred), carried=fitting,
+        log.warning("answer carries {carried} of {updates} container updates (runtime message limit); "
+                    "{deferred} wait for the next answers", carried=fitting, updates=len(updates),
                     deferred=len(deferred))
         return updates[:fitting]
 
@@ -524,7 +521,7 @@ class PodLevelPlugin(Handler):
         released = self._forget(pod.id)
         self._commit(within=RELEASE_WRITTEN_WITHIN_S)
         if released:
-            log.info("released %s", _key(pod), pod=_key(pod))
+            log.info("released {pod}", pod=_key(pod))
 
     @_exclusive
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:

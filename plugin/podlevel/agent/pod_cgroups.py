@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Final
 
 from podlevel.agent.events import Observer
-from podlevel.agent.logs import logger
 from podlevel.agent.records import PodCgroupSettings
 from podlevel.cgroups import (
     CgroupError,
@@ -35,6 +34,7 @@ from podlevel.cgroups import (
 )
 from podlevel.engine.cfs import UNLIMITED_QUOTA, quota_text
 from podlevel.engine.cpuset import CPUSet
+from podlevel.eventlog import logger
 
 log = logger(__name__)
 
@@ -84,9 +84,9 @@ class PodCgroups:
             if settings.cpus is not None:
                 effective = write_bubble(pod, Cpuset(settings.cpus, CPUSet(settings.mems)))
                 if effective.cpus != settings.cpus:
-                    log.warning("pod cgroup %s: bubble cpus %s in force as %s (its parent is narrower)",
-                                pod.path, settings.cpus, effective.cpus, path=pod.path, pod=settings.what,
-                                cpus=settings.cpus, effective=effective.cpus)
+                    log.warning("pod cgroup {path}: bubble cpus {cpus} in force as {effective} (its parent "
+                                "is narrower)", path=pod.path, pod=settings.what, cpus=settings.cpus,
+                                effective=effective.cpus)
             else:
                 widened = _widen(pod)
             if settings.unlimited_quota:
@@ -100,7 +100,7 @@ class PodCgroups:
             return
         self._written[sandbox_id] = settings
         if self._forget_failure(sandbox_id):
-            log.info("pod cgroup of %s written after an earlier failure", settings.what, pod=settings.what)
+            log.info("pod cgroup of {pod} written after an earlier failure", pod=settings.what)
         if settings.cpus is not None:
             cpus, mems = str(settings.cpus), str(CPUSet(settings.mems))
         elif widened is not None:
@@ -108,8 +108,8 @@ class PodCgroups:
         else:
             cpus = mems = "untouched"
         quota = quota_text(UNLIMITED_QUOTA if settings.unlimited_quota else None)
-        log.info("pod cgroup %s: cpus=%s mems=%s quota=%s", pod.path, cpus, mems, quota, path=pod.path,
-                 pod=settings.what, cpus=cpus, mems=mems, quota=quota)
+        log.info("pod cgroup {path}: cpus={cpus} mems={mems} quota={quota}", path=pod.path, pod=settings.what,
+                 cpus=cpus, mems=mems, quota=quota)
 
     @property
     def pending(self) -> bool:
@@ -133,7 +133,7 @@ class PodCgroups:
     def _fail(self, sandbox_id: str, reason: str) -> None:
         self.observer.pod_cgroup_failed()
         if self.failed.get(sandbox_id) != reason:
-            log.error("pod cgroup not written, will retry: %s", reason, sandbox=sandbox_id, reason=reason)
+            log.error("pod cgroup not written, will retry: {reason}", sandbox=sandbox_id, reason=reason)
         self.failed[sandbox_id] = reason
         delay = self._delay.get(sandbox_id, RETRY_FIRST_S)
         self._delay[sandbox_id] = min(delay * 2, RETRY_MAX_S)

@@ -32,7 +32,7 @@ from podlevel.agent.startup import restored_cpus
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.config_file import NO_FILE, read_config
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
-from podlevel.cli.logs import LOG_FORMATS, configure_logging
+from podlevel.cli.log_output import LOG_FORMATS, configure_logging
 from podlevel.cli.mounts import problems as mount_problems
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from podlevel.cli.logs import LOG_FORMATS, configure_logging
+from podlevel.cli.log_output import LOG_FORMATS, configure_logging
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
 log = logging.getLogger(__name__)

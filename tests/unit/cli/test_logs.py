@@ -1,4 +1,4 @@
-"""cli.logs and agent.logs: the plugin's log lines in both layouts, and nothing formatted below the level."""
+"""cli.log_output and eventlog: the plugin's log lines in both layouts, nothing formatted below the level."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from podlevel.agent.logs import logger
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
-from podlevel.cli.logs import configure_logging
+from podlevel.cli.log_output import configure_logging
 from podlevel.engine.cpuset import CPUSet
+from podlevel.eventlog import logger
 from podlevel.nri import RpcError
 from support.builders import container, fast_path, new_engine, sandbox
 
@@ -61,8 +61,7 @@ def test_json_lines_carry_the_sentence_and_the_fields() -> None:
     configure_logging("info", "auto", stream)  # not a terminal: JSON
 
     cpus = CPUSet.parse("1,9")
-    logger("podlevel.test").info("placed %s: cpus=%s", "default/fast", cpus, pod="default/fast", cpus=cpus,
-                                 containers=2)
+    logger("podlevel.test").info("placed {pod}: cpus={cpus}", pod="default/fast", cpus=cpus, containers=2)
     logging.getLogger("podlevel.nri.stub").warning("plain %s line", "stdlib")
 
     placed, plain = json_lines(stream)
@@ -93,8 +92,8 @@ def test_console_layout_on_a_terminal_or_when_asked(log_format: str) -> None:
     stream: io.StringIO = Terminal() if log_format == "auto" else io.StringIO()
     configure_logging("info", log_format, stream)
 
-    logger("podlevel.test").warning("refused %s", "default/no-room", error_type="EmptyPodSharedPoolError",
-                                    cpus=CPUSet.parse("0-3"))
+    logger("podlevel.test").warning("refused {pod}", pod="default/no-room",
+                                    error_type="EmptyPodSharedPoolError", cpus=CPUSet.parse("0-3"))
 
     text = written(stream)
     assert "refused default/no-room" in text and "podlevel.test" in text
@@ -163,10 +162,10 @@ def test_nothing_is_formatted_below_the_level() -> None:
     configure_logging("info", "json", stream)
     loud = Loud()
 
-    logger("podlevel.test").debug("value %s", loud, value=loud)
+    logger("podlevel.test").debug("value {value}", value=loud)
     assert written(stream) == "" and loud.rendered == 0
 
-    logger("podlevel.test").info("value %s", loud, value=loud)
+    logger("podlevel.test").info("value {value}", value=loud)
     [line] = json_lines(stream)
     assert loud.rendered == 2
     assert (line["event"], line["value"]) == ("value loud", "loud")
@@ -179,7 +178,7 @@ def test_a_line_logged_on_an_event_loop_is_formatted_once_the_callback_returned(
     loud = Loud()
 
     async def handler() -> None:
-        logger("podlevel.test").info("value %s", loud, value=loud)
+        logger("podlevel.test").info("value {value}", value=loud)
         assert loud.rendered == 0 and stream.getvalue() == ""
         await asyncio.sleep(0)
         assert loud.rendered == 2
@@ -193,13 +192,13 @@ def test_every_line_waiting_at_exit_is_written() -> None:
     """Lines logged by the loop's last callback wait for callbacks that never run: the exit writes them."""
     program = (
         "import asyncio\n"
-        "from podlevel.cli.logs import configure_logging\n"
-        "from podlevel.agent.logs import logger\n"
+        "from podlevel.cli.log_output import configure_logging\n"
+        "from podlevel.eventlog import logger\n"
         "configure_logging('info', 'json')\n"
         "loop = asyncio.new_event_loop()\n"
         "def last() -> None:\n"
         "    for n in range(5000):\n"
-        "        logger('podlevel.test').info('line %d', n, n=n)\n"
+        "        logger('podlevel.test').info('line {n}', n=n)\n"
         "    loop.stop()\n"
         "loop.call_soon(last)\n"
         "loop.run_forever()\n"

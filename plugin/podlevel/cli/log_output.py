@@ -1,11 +1,11 @@
 """How `nri-podlevel run` writes its log (`--log-format`): JSON lines or a console layout, on stderr.
 
 `auto` (the default) picks the console layout when stderr is a terminal and JSON lines otherwise (a
-DaemonSet's log, collected by the node's log agent). Every `logging` record, the agent's structured events
-(`agent.logs`: a sentence plus fields as record attributes) and the plain `logging.getLogger(...)` lines of
-the other layers alike, becomes one event with the same keys in both layouts: `event` (the sentence),
-`level`, `logger`, the event's fields, `timestamp` (the record's time, UTC, ISO 8601). JSON renders a value
-that is not a JSON type (a CPU set, a path) as its text; the console layout is structlog's.
+DaemonSet's log, collected by the node's log agent). Every `logging` record, the structured events
+(`podlevel.eventlog`: a sentence built from fields that are record attributes) and the plain
+`logging.getLogger(...)` lines alike, becomes one event with the same keys in both layouts: `event` (the
+sentence), `level`, `logger`, the event's fields, `timestamp` (the record's time, UTC, ISO 8601). JSON
+renders a value that is not a JSON type (a CPU set, a path) as its text; the console layout is structlog's.
 
 A line logged on a thread running an event loop (the NRI handlers) is formatted and written after the
 event's answer has left: the record waits until the loop runs its next callbacks. Only the record is built
