@@ -31,7 +31,7 @@ the kubelet pulls the pod's images, and a release is written with the next decis
 placed all the same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is
 full turns a degraded node into a broken one). Pod cgroups follow the state (`agent.pod_cgroups`).
 
-Each decision is logged once, as a sentence with its fields (`agent.logs`), and reported to the `Observer`
+Each decision is logged once, as a sentence with its fields (`podlevel.eventlog`), and reported to the `Observer`
 (the metrics) where the kubelet counts it. The snapshot readers on other threads use (`agent.snapshot`) is
 made when a reader asks for it after an event changed something it holds, not at every event: it copies
 every table, which costs more the more containers the node runs. The handlers and the snapshot's maker take
