@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
@@ -22,7 +21,7 @@ from podlevel.cli.drift import Drift, Expected, Found, expected_quota, expected_
 from podlevel.cli.endpoint import BadInput, Unreachable, fetch
 from podlevel.cli.inputs import read_bytes
 from podlevel.engine.errors import InputError
-from podlevel.report.schema import BubbleDocument, NodeDocument, NumaDocument
+from podlevel.report.schema import BubbleDocument, CheckpointDocument, NodeDocument, NumaDocument
 from podlevel.report.views import nodes_text, numa_usage
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
@@ -193,18 +192,25 @@ def read_checkpoint(path: Path, kind: Kind) -> Decoded:
         raise BadInput(f"{path}: corrupt: {err}") from None
 
 
-def checkpoint_drifts(embedded: Mapping[str, Any], state_dir: Path) -> list[Drift]:
-    """Where the files in `state_dir` differ from what the plugin holds now (`/debug/node`'s checkpoint)."""
+def checkpoint_drifts(embedded: CheckpointDocument, state_dir: Path) -> list[Drift]:
+    """Where the files in `state_dir` differ from what the plugin holds now (`/debug/node`'s checkpoint, the
+    files' text as the plugin would write them): the decoded contents are compared, and where they differ,
+    each field that does is named."""
     drifts: list[Drift] = []
-    files: tuple[tuple[Kind, str], ...] = (("cpu", CPU_STATE_FILE), ("memory", MEMORY_STATE_FILE))
-    for kind, name in files:
+    files: tuple[tuple[Kind, str, str], ...] = (
+        ("cpu", CPU_STATE_FILE, embedded["cpu"]), ("memory", MEMORY_STATE_FILE, embedded["memory"]),
+    )
+    for kind, name, text in files:
         path = state_dir / name
-        want = _flat(summary(decode(json.dumps(embedded[kind]), kind)))
+        wanted = decode(text, kind)
         try:
-            have = _flat(summary(read_checkpoint(path, kind)))
+            found = read_checkpoint(path, kind)
         except BadInput as err:
             drifts.append(Drift(str(path), "the plugin's checkpoint", str(err), PLUGIN_AND_CHECKPOINT))
             continue
+        if found.content == wanted.content:
+            continue
+        want, have = _flat(summary(wanted)), _flat(summary(found))
         for key in sorted(want.keys() | have.keys()):
             if want.get(key) != have.get(key):
                 drifts.append(Drift(str(path), f"{key} = {want.get(key, 'absent')}",

@@ -139,8 +139,8 @@ def live_node(args: argparse.Namespace) -> tuple[Engine, LiveNode]:
         for pod in document["pods"]
         if pod["shape"] is not None
     }
-    cpu = decode(json.dumps(document["checkpoint"]["cpu"]), "cpu").content
-    memory = decode(json.dumps(document["checkpoint"]["memory"]), "memory").content
+    cpu = decode(document["checkpoint"]["cpu"], "cpu").content
+    memory = decode(document["checkpoint"]["memory"], "memory").content
     assert isinstance(cpu, CPUCheckpoint) and isinstance(memory, MemoryCheckpoint)
     return engine, LiveNode(args.address, document["generation"], node_state(cpu, memory, pods))
 

@@ -5,7 +5,7 @@ operator's terminal. CPU and NUMA-node sets are Linux list strings (`0-3,8`); si
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 
 class EngineDocument(TypedDict):
@@ -95,9 +95,9 @@ class PodDocument(TypedDict):
 
 
 class CheckpointDocument(TypedDict):
-    cpu: dict[str, Any]
-    """`cpu_manager_state` as the plugin would write it now (the kubelet's layout, parsed)."""
-    memory: dict[str, Any]
+    cpu: str
+    """`cpu_manager_state`, the file's text as the plugin would write it now (read it as the file is read)."""
+    memory: str
 
 
 class NodeDocument(TypedDict):

@@ -28,7 +28,7 @@ CPU amounts in millicores.
              "containers": [{"id": "...", "name": "main-app", "assignment": "pod_exclusive", "cpus": "1",
                              "mems": "0", "cpu_quota_us": -1 | N | null, "cpu_period_us": 100000,
                              "cgroups_path": "/kubepods/pod.../<id>"}]}],
-   "checkpoint": {"cpu": {<cpu_manager_state as the plugin would write it now>},
+   "checkpoint": {"cpu": "<cpu_manager_state, the file's text as the plugin would write it now>",
                   "memory": {<memory_manager_state>}}}
 
 Per NUMA node, `bubbles` are the pods' bubbles and `exclusive` the containers' own CPUs (inside a bubble or
@@ -151,7 +151,7 @@ def node_json(snapshot: NodeSnapshot) -> NodeDocument:
             engine.topology.cpus_by_numa, engine.reserved_cpus, _exclusive(engine, state), state
         ),
         "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
-        "checkpoint": {"cpu": json.loads(encode(cpu)), "memory": json.loads(encode(memory))},
+        "checkpoint": {"cpu": encode(cpu).decode(), "memory": encode(memory).decode()},
     }
 
 

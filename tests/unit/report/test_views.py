@@ -65,8 +65,8 @@ def test_node_counts_per_numa_node_and_carries_the_checkpoints_and_settings(
     assert (memory["reserved"], memory["bubbles"], memory["exclusive"]) == (100 * MI, 1024 * MI, 0)
     assert memory["free"] == memory["allocatable"] - 1024 * MI
     cpu, mem = checkpoints_of(plugin.placement.engine, plugin.placement.state)
-    assert decode(json.dumps(node["checkpoint"]["cpu"])).content == cpu
-    assert decode(json.dumps(node["checkpoint"]["memory"])).content == mem
+    assert decode(node["checkpoint"]["cpu"]).content == cpu
+    assert decode(node["checkpoint"]["memory"]).content == mem
     assert node["engine"] == {
         "scope": "pod", "topology_policy": "single-numa-node", "cpu_policy": "static",
         "memory_policy": "Static", "reserved_cpus": "0,8", "reserved_memory": {"0": {"memory": 100 * MI}},
