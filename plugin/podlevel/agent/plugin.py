@@ -32,9 +32,9 @@ placed all the same (the kubelet would refuse the pod, but a plugin that fails c
 full turns a degraded node into a broken one). Pod cgroups follow the state (`agent.pod_cgroups`).
 
 Each decision is logged once, as a sentence built from its fields (`podlevel.eventlog`), and reported to
-the `Observer` (the metrics) where the kubelet counts it. The snapshot readers on other threads use (`agent.snapshot`) is
-made when a reader asks for it after an event changed something it holds, not at every event: it copies
-every table, which costs more the more containers the node runs. The handlers and the snapshot's maker take
+the `Observer` (the metrics) where the kubelet counts it. The snapshot readers on other threads use
+(`agent.snapshot`) is made when a reader asks for it after an event changed something it holds, not at
+every event: it copies every table, which costs more the more containers the node runs. The handlers and the snapshot's maker take
 one lock, so a reader sees the node between two events.
 """
 
