@@ -34,8 +34,8 @@ full turns a degraded node into a broken one). Pod cgroups follow the state (`ag
 Each decision is logged once, as a sentence built from its fields (`podlevel.eventlog`), and reported to
 the `Observer` (the metrics) where the kubelet counts it. The snapshot readers on other threads use
 (`agent.snapshot`) is made when a reader asks for it after an event changed something it holds, not at
-every event: it copies every table, which costs more the more containers the node runs. The handlers and the snapshot's maker take
-one lock, so a reader sees the node between two events.
+every event: it copies every table, which costs more the more containers the node runs. The handlers and
+the snapshot's maker take one lock, so a reader sees the node between two events.
 """
 
 from __future__ import annotations
