@@ -174,17 +174,16 @@ def by_settings(changed: Mapping[str, Settings]) -> dict[Settings, list[str]]:
     return groups
 
 
-def updates_of(changed: Mapping[str, Settings]) -> UpdateBatch:
-    """One update per container, each distinct setting formatted (a 256-CPU list takes ~30 us) and encoded
-    once."""
-    groups = by_settings(changed).items()
-    return UpdateBatch((ids, container_update(linux_cpu(settings))) for settings, ids in groups)
+def updates_of(groups: Mapping[Settings, list[str]]) -> UpdateBatch:
+    """One update per container of `by_settings` groups, each distinct setting formatted (a 256-CPU list
+    takes ~30 us) and encoded once."""
+    return UpdateBatch((ids, container_update(linux_cpu(settings))) for settings, ids in groups.items())
 
 
-def _log_moved(changed: Mapping[str, Settings]) -> None:
-    if not changed or not log.isEnabledFor(logging.INFO):
+def _log_moved(groups: Mapping[Settings, list[str]]) -> None:
+    if not groups or not log.isEnabledFor(logging.INFO):
         return
-    for settings, ids in by_settings(changed).items():
+    for settings, ids in groups.items():
         shown = ", ".join(cid[:12] for cid in ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
         log.info("updated {containers} containers ({ids}): {assignment} cpus={cpus}", containers=len(ids),
                  ids=shown, assignment=settings.assignment.value, cpus=settings.cpus)
@@ -399,7 +398,7 @@ class PodLevelPlugin(Handler):
                  containers=len(current), updates=len(changed))
         self._commit(force=True)
         self._durable()
-        return self._fit(changed, MAX_REPLY_BYTES)
+        return self._fit(changed, MAX_REPLY_BYTES)[0]
 
     @_exclusive
     def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
@@ -451,7 +450,7 @@ class PodLevelPlugin(Handler):
         self._cgroups_paths[container.id] = container.linux.cgroups_path
         if self._refusals.pop(pod.id, None) is not None:
             self._stale = True
-        updates = self._fit(changed, room)
+        updates, moved = self._fit(changed, room)
         self._commit()
         self._durable()
         if log.isEnabledFor(logging.INFO):
@@ -460,16 +459,18 @@ class PodLevelPlugin(Handler):
                 pod=_key(pod), container=name, assignment=settings.assignment.value, cpus=settings.cpus,
                 mems=str(CPUSet(settings.mems)), quota=quota_text(settings.cpu_quota_us),
             )
-        _log_moved(changed)
+        _log_moved(moved)
         return CreateResult(adjust=adjust, updates=updates)
 
-    def _fit(self, changed: dict[str, Settings], room: int) -> UpdateBatch:
-        """The updates of `changed` that fit in `room` bytes of an answer. The others are deferred to the
-        next answers and dropped from `changed`, which then holds what the answer carries."""
-        updates = updates_of(changed)
+    def _fit(self, changed: dict[str, Settings], room: int) -> tuple[UpdateBatch, dict[Settings, list[str]]]:
+        """The updates of `changed` that fit in `room` bytes of an answer, and the containers they move
+        grouped by their settings (for the log). The others are deferred to the next answers and dropped from
+        `changed`, which then holds what the answer carries."""
+        groups = by_settings(changed)
+        updates = updates_of(groups)
         fitting = updates_within(updates, room)
         if fitting == len(updates):
-            return updates
+            return updates, groups
         deferred = updates.container_ids[fitting:]
         for container_id in deferred:
             del changed[container_id]
@@ -477,7 +478,7 @@ class PodLevelPlugin(Handler):
         log.warning("answer carries {carried} of {updates} container updates (runtime message limit); "
                     "{deferred} wait for the next answers", carried=fitting, updates=len(updates),
                     deferred=len(deferred))
-        return updates[:fitting]
+        return updates[:fitting], by_settings(changed)
 
     @_exclusive
     def update_container(
@@ -495,14 +496,14 @@ class PodLevelPlugin(Handler):
             own = api.ContainerUpdate(container_id=container.id)
             own.linux.resources.CopyFrom(resources)
             own.linux.resources.cpu.MergeFrom(linux_cpu(settings))
-        updates = self._fit(changed, MAX_REPLY_BYTES - (field_size(own) if own is not None else 0))
+        updates, _ = self._fit(changed, MAX_REPLY_BYTES - (field_size(own) if own is not None else 0))
         self._commit()
         self._durable()
         return UpdateResult(updates=[*updates, own] if own is not None else updates)
 
     @_exclusive
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> Updates:
-        updates = self._fit(self.placement.take_pending_updates(), MAX_REPLY_BYTES)
+        updates, _ = self._fit(self.placement.take_pending_updates(), MAX_REPLY_BYTES)
         self._commit()
         self._durable()
         return updates

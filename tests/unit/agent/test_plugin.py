@@ -11,7 +11,7 @@ import pytest
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.placement import Placement
-from podlevel.agent.plugin import PodLevelPlugin, sandbox_of, updates_of
+from podlevel.agent.plugin import PodLevelPlugin, by_settings, sandbox_of, updates_of
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Settings
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
@@ -110,7 +110,7 @@ def test_synchronize_reads_live_containers_and_their_cpusets(plugin: PodLevelPlu
 
 def test_updates_of_many_containers_moving_together() -> None:
     settings = Settings(CPUSet.parse("1-7,9-15"), (0, 1), None, CFS_PERIOD_US, Assignment.NODE_SHARED)
-    updates = updates_of({f"c{i}": settings for i in range(300)})
+    updates = updates_of(by_settings({f"c{i}": settings for i in range(300)}))
     assert [u.container_id for u in updates] == [f"c{i}" for i in range(300)]
     assert {u.linux.resources.cpu.cpus for u in updates} == {"1-7,9-15"}
 
