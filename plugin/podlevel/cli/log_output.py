@@ -17,10 +17,10 @@ waits; `logging.shutdown` (at exit) does too.
 from __future__ import annotations
 
 import asyncio
-import collections
 import datetime
 import json
 import logging
+import logging.handlers
 import sys
 from collections.abc import Callable
 from typing import Any, Final, TextIO
@@ -84,42 +84,34 @@ def formatter(log_format: str, stream: TextIO) -> logging.Formatter:
     return EventFormatter()
 
 
-class AfterAnswerHandler(logging.Handler):
-    """Writes with `target`; a record logged on an event loop's thread waits for the loop's next callbacks."""
+class AfterAnswerHandler(logging.handlers.MemoryHandler):
+    """The stdlib's buffer in front of `target`, flushed by when, not how much: a record logged on an event
+    loop's thread waits for the loop's next callbacks; one logged elsewhere is written at once, after those
+    that wait."""
 
     def __init__(self, target: logging.Handler) -> None:
-        super().__init__()
-        self.target = target
-        self._waiting: collections.deque[logging.LogRecord] = collections.deque()
+        super().__init__(capacity=0, target=target)
         self._drain_on: asyncio.AbstractEventLoop | None = None
         """The loop a `flush` is scheduled on (should it close first, the next record schedules anew)."""
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def shouldFlush(self, record: logging.LogRecord) -> bool:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self.flush()
-            self.target.handle(record)
-            return
-        self._waiting.append(record)
+            return True
         if self._drain_on is not loop:
             self._drain_on = loop
             loop.call_soon(self.flush)
+        return False
 
     def flush(self) -> None:
         """Write every record that waits."""
         self.acquire()
         try:
             self._drain_on = None
-            while self._waiting:
-                self.target.handle(self._waiting.popleft())
-            self.target.flush()
+            super().flush()
         finally:
             self.release()
-
-    def close(self) -> None:
-        self.flush()
-        super().close()
 
 
 def configure_logging(level: str, log_format: str, stream: TextIO | None = None) -> None:
