@@ -30,9 +30,11 @@ alternating by block. nri-podlevel runs as `nri-podlevel run` does by default wh
 - `cpu_us_per_pod`: each plugin process's CPU time over the churn (every thread: nri-podlevel writes its
   checkpoints on threads of their own), divided by the pods replaced: the work a pod costs wherever it
   runs, which round trips do not show for work done between events.
-- `synchronize_2000_ms`: Synchronize of 2,000 containers (the mix's 100 CPU-holding pods, then Burstable
-  pods) into a freshly launched plugin, every container already where it belongs (a restart); the median
-  (nearest rank) of `--sync-repeats` launches. nri-podlevel also with no cpuset set anywhere (every
+- `synchronize_N_cgroups_ms` for N in 400, 2,000 and 5,000: Synchronize of N containers (the mix's 100
+  CPU-holding pods, then Burstable pods) into a freshly launched plugin, every container already where it
+  belongs (a restart), the pods' cgroups there to be written, as on a node; the median (nearest rank) of
+  `--sync-repeats` launches, and `nri_synchronize_N_cgroups_us_per_container` to see whether it grows with
+  the node. At 2,000 also `synchronize_2000_ms` without pod cgroups and with no cpuset set anywhere (every
   container updated: `nri_synchronize_unpinned_*`).
 - `rss_mb_steady`: VmRSS after the churn; `startup_to_registered_ms`: from launch to the end of the
   handshake (RegisterPlugin, Configure, an empty Synchronize), when the runtime counts the plugin registered.
@@ -46,11 +48,15 @@ NUMA nodes x 32 cores x 2 threads); `engine_topology`, `nri_topology`, `nri_live
 `nri_live_containers` tell the runs apart. The plugin's time per event should stay flat as N grows, but for
 the updates it must send (`moving_others_updates_mean`).
 
+Failing pod cgroups: `--pods-with-failing-cgroups N` leaves out the cgroups of the churn's first N pods
+(they stay all along), so their pod cgroup writes fail and are retried with backoff; compare the churn's
+figures with a run without (`nri_pods_with_failing_cgroups` says how many failed).
+
 Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
-[--live-containers N] [--topology SPEC] [--state-base DIR] [--profile] [--profile-plugin DIR]   (--quick: the
-same keys with fewer samples; --state-base: nri-podlevel's state dirs there, e.g. on a tmpfs; --profile: a
-cProfile of the engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the
-churn's first)
+[--live-containers N] [--topology SPEC] [--state-base DIR] [--pods-with-failing-cgroups N] [--profile]
+[--profile-plugin DIR]   (--quick: the same keys with fewer samples; --state-base: nri-podlevel's state dirs
+there, e.g. on a tmpfs, where the default is the temporary dir on the local disk; --profile: a cProfile of
+the engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the churn's first)
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -104,6 +110,10 @@ LIVE_PODS = 500
 LIVE_CONTAINERS = 560
 """The NRI churn's node: the mix's 500 pods."""
 SYNC_CONTAINERS = 2000
+SYNC_SIZES: Final = (400, SYNC_CONTAINERS, 5000)
+SYNC_CHUNK_BYTES: Final = 3 << 20
+"""Largest Synchronize message sent: a larger node goes in chunks, as the runtime sends it."""
+"""The nodes Synchronize is measured on with pod cgroups on: its time per container must not grow."""
 MI = 2**20
 SETTLE_S: Final = 0.2
 """After a large Synchronize nri-podlevel hands the freed heap back once its answer is written: VmRSS is read
@@ -117,13 +127,14 @@ PROFILE_PLUGIN_ENV: Final = "PODLEVEL_BENCH_PROFILE_DIR"
 HACK: Final = Path(__file__).resolve().parent
 PLUGIN_SETUP: Final = (
     "as `nri-podlevel run` runs with its default endpoints: checkpoints written (and synced) to a state dir "
-    "in a tmp dir, info logs as JSON lines to a file, metrics counted and the HTTP endpoint (probes, "
-    "/metrics, views) listening on 127.0.0.1, the PodResources socket listening in the tmp dir (never "
-    "asked, so gRPC is not loaded, as on a node without PodResources clients); pod cgroups off "
-    "(--cgroup-root \"\": no cgroups here) but for the `_cgroups` Synchronize, which writes a tree of the "
-    "kubelet's pod cgroups made as regular files on a tmpfs; the engine on the synthetic node above "
-    "instead of sysfs; the process runs this script (its imports beside the plugin's: argparse, cProfile, "
-    "statistics)"
+    "in the temporary dir, on the local disk unless --state-base says otherwise, info logs as JSON lines "
+    "to a file, metrics counted and the HTTP endpoint (probes, /metrics, views) listening on 127.0.0.1, the "
+    "PodResources socket listening in the tmp dir (never asked, so gRPC is not loaded, as on a node without "
+    "PodResources clients); pod cgroups on: a tree of the kubelet's pod cgroups as regular files on a "
+    "tmpfs, each pod's made before its RunPodSandbox as the kubelet makes it (but for the `unpinned` and "
+    "`in_place` Synchronize runs, which leave them out to show what they cost); the engine on the "
+    "synthetic node above instead of sysfs; the process runs this script (its imports beside the plugin's: "
+    "argparse, cProfile, statistics)"
 )
 GO_SETUP: Final = (
     "tests/integration/goplugin -noop: the upstream NRI stub answering every event with no "
@@ -439,8 +450,19 @@ class LaunchedPlugin:
             request_timeout=2000,
         )
         self.events = self.call("Configure", configure, api.ConfigureResponse)[0].events
-        sync = api.SynchronizeRequest(pods=pods, containers=containers)
-        answer, elapsed = self.call("Synchronize", sync, api.SynchronizeResponse)
+        # A node too large for one message is sent in chunks, all but the last with more=true, as containerd
+        # splits it (a ttrpc message stays under 4 MiB); the round trip is that of every chunk.
+        chunks = -(-api.SynchronizeRequest(pods=pods, containers=containers).ByteSize() // SYNC_CHUNK_BYTES)
+        elapsed = 0
+        for i in range(max(chunks, 1)):
+            part = api.SynchronizeRequest(
+                pods=pods[i * len(pods) // chunks:(i + 1) * len(pods) // chunks] if chunks else pods,
+                containers=(containers[i * len(containers) // chunks:(i + 1) * len(containers) // chunks]
+                            if chunks else containers),
+                more=i < chunks - 1,
+            )
+            answer, took = self.call("Synchronize", part, api.SynchronizeResponse)
+            elapsed += took
         self.registered_ns = time.perf_counter_ns() - self.launched
         return answer, elapsed
 
@@ -495,23 +517,28 @@ def plugin_command(state_dir: str, spec: str, cgroup_root: str | None = None) ->
 
 def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str, mems: str) -> None:
     """A cgroup v2 tree of regular files laid out as the kubelet's pod cgroups (`cgroup_parent` of each
-    sandbox), as wide as the node, made before the plugin sees the pods, as the kubelet makes them."""
+    sandbox), as wide as the node, made before the plugin sees the pods, as the kubelet makes them; called
+    again, it adds the cgroups of more pods."""
     (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
     for sandbox in sandboxes:
         directory = root / sandbox.linux.cgroup_parent.lstrip("/")
+        # The pod's cgroup and the ancestors not made yet (the QoS cgroups), each with its files.
+        fresh = [d for d in (directory, *directory.parents) if root in d.parents and not d.exists()]
         directory.mkdir(parents=True)
-        for name, text in (("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.cpus.effective", cpus),
-                           ("cpuset.mems.effective", mems), ("cpu.max", "max 100000")):
-            (directory / name).write_text(text + "\n")
+        for cgroup in fresh:
+            for name, text in (("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.cpus.effective", cpus),
+                               ("cpuset.mems.effective", mems), ("cpu.max", "max 100000")):
+                (cgroup / name).write_text(text + "\n")
 
 
 @contextlib.contextmanager
-def ours_and_go(go_binary: str, spec: str) -> Iterator[tuple[LaunchedPlugin, LaunchedPlugin]]:
-    """nri-podlevel (on a fresh state dir) and the no-op Go plugin, launched one after the other; the Go
-    plugin subscribes to what nri-podlevel answered Configure with. Both handshakes are done on an empty
-    node, so each is then ready for events."""
+def ours_and_go(go_binary: str, spec: str,
+                cgroup_root: str) -> Iterator[tuple[LaunchedPlugin, LaunchedPlugin]]:
+    """nri-podlevel (on a fresh state dir, writing the pod cgroups under `cgroup_root`) and the no-op Go
+    plugin, launched one after the other; the Go plugin subscribes to what nri-podlevel answered Configure
+    with. Both handshakes are done on an empty node, so each is then ready for events."""
     with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, launched_plugin(
-        plugin_command(state_dir, spec)
+        plugin_command(state_dir, spec, cgroup_root)
     ) as ours:
         ours.handshake([], [])
         with launched_plugin([go_binary, "-noop", go_event_names(ours.events)]) as go:
@@ -775,28 +802,51 @@ def _updates(method: str, payload: bytes) -> int:
     return len(reply.update) if isinstance(reply, answers) else 0
 
 
-def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live: int) -> dict[str, object]:
+def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live: int,
+                       failing: int = 0) -> dict[str, object]:
     """Fill to `mix_shapes(live)` on the node `spec`, Burstable pods first so that every later bubble and
     exclusive container moves all of them (the answers carrying the most updates), then churn `cycles` times:
     stop and remove the oldest pod of the documentation's pod-level shape, start a new one. Every call goes to
-    both plugins, `block` pods at a time, in alternating order; steady-state numbers come from the churn."""
+    both plugins, `block` pods at a time, in alternating order; steady-state numbers come from the churn.
+    Each pod's cgroup is made before its block is sent, but for the first `failing` pods of the fill (every
+    pod carries a shape, so each is admitted and has a pod cgroup to write), whose writes then fail, and are
+    retried, for the whole run."""
     fill = mix_shapes(live)[::-1]
     pods = (shape(f"pod-{serial}") for serial, shape in enumerate(fill))
     churned: collections.deque[Pod] = collections.deque()
     trips: list[Trip] = []
-    with ours_and_go(go_binary, spec) as plugins:
+    topology = bench_engine(spec).topology
+    all_cpus, all_mems = str(topology.all_cpus), str(CPUSet(topology.numa_node_ids))
+    left_out = failing
+
+    def cgroups_for(batch: Iterable[Pod]) -> None:
+        nonlocal left_out
+        made = []
+        for pod in batch:
+            if left_out and pod.uid.startswith("pod-"):  # the fill's Burstable pods, which stay all along
+                left_out -= 1
+                continue
+            made.append(sandbox_message(pod))
+        pod_cgroup_tree(Path(cgroup_root), made, all_cpus, all_mems)
+
+    with tempfile.TemporaryDirectory(prefix="bench-cgroup-", dir=CGROUP_BASE) as cgroup_root, \
+            ours_and_go(go_binary, spec, cgroup_root) as plugins:
         ours, go = plugins
         mask = ours.events
         for number, batch in enumerate(_batches(pods, block)):
+            cgroups_for(batch)
             trips += _send_block(plugins, number, [c for pod in batch for c in pod_start(mask, pod)], False)
             churned.extend(pod for pod in batch if pod.resources is not None)
         cpu_before = {"nri": ours.cpu_ns(), "go_noop": go.cpu_ns()}
         for number in range(cycles // block):
             calls: list[Call] = []
+            started = []
             for serial in range(number * block, (number + 1) * block):
                 calls += pod_stop(mask, churned.popleft())
                 churned.append(_pod_level(f"churn-{serial}"))
+                started.append(churned[-1])
                 calls += pod_start(mask, churned[-1])
+            cgroups_for(started)
             trips += _send_block(plugins, number, calls, True)
         cpu_per_pod = {
             who: (plugin.cpu_ns() - cpu_before[who]) / (cycles // block * block) / 1000
@@ -823,6 +873,7 @@ def nri_create_numbers(cycles: int, block: int, go_binary: str, spec: str, live:
         "nri_topology": spec,
         "nri_live_pods": len(fill),
         "nri_live_containers": sum(1 for t in trips if not t.churn and t.label in (FIRST, LATER)),
+        "nri_pods_with_failing_cgroups": failing - left_out,
         "nri_create_containers_timed": len(ours_creates),
         **_summary_us("nri_create_container", ours_creates),
         **_summary_us("nri_create_handler", handler_ns[-len(ours_creates):]),
@@ -842,10 +893,10 @@ def _summary_us(prefix: str, nanoseconds: Sequence[int]) -> dict[str, float]:
     }
 
 
-def sync_node(spec: str) -> tuple[list[api.PodSandbox], list[api.Container], dict[str, Settings]]:
-    """`mix_shapes(SYNC_CONTAINERS)` on the node `spec`, and where a plugin that created them put each
-    container."""
-    pods = [shape(f"sync-{i}") for i, shape in enumerate(mix_shapes(SYNC_CONTAINERS))]
+def sync_node(spec: str, size: int = SYNC_CONTAINERS) -> tuple[list[api.PodSandbox], list[api.Container],
+                                                                dict[str, Settings]]:
+    """`mix_shapes(size)` on the node `spec`, and where a plugin that created them put each container."""
+    pods = [shape(f"sync-{i}") for i, shape in enumerate(mix_shapes(size))]
     sandboxes = [sandbox_message(pod) for pod in pods]
     placement = Placement(bench_engine(spec))
     listed = []
@@ -869,59 +920,80 @@ def _synchronized(command: Sequence[str], sandboxes: Sequence[api.PodSandbox],
         return elapsed, len(answer.update), rss_kib, plugin.finish()
 
 
-def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str, object]:
-    """Synchronize of SYNC_CONTAINERS containers into freshly launched plugins, `repeats` times each, the
-    order alternating: nri-podlevel with every container already where it belongs (a restart) and with no
-    cpuset set anywhere, and the Go plugin with the first listing; medians (nearest rank)."""
-    sandboxes, containers, placed = sync_node(spec)
-    in_place = []
+def in_place_listing(containers: Sequence[api.Container],
+                     placed: Mapping[str, Settings]) -> list[api.Container]:
+    """The containers as the runtime lists them after a restart: each where the plugin had put it."""
+    listed = []
     for container in containers:
         copy = api.Container()
         copy.CopyFrom(container)
         copy.linux.resources.cpu.MergeFrom(linux_cpu(placed[container.id]))
-        in_place.append(copy)
+        listed.append(copy)
+    return listed
+
+
+def nri_synchronize_numbers(repeats: int, go_binary: str, spec: str) -> dict[str, object]:
+    """Synchronize into freshly launched plugins, `repeats` times each, the order alternating; medians
+    (nearest rank). On SYNC_CONTAINERS containers: nri-podlevel with every container already where it
+    belongs (a restart), with pod cgroups on (`in_place_cgroups`) and off (`in_place`), and with no cpuset set
+    anywhere (`unpinned`), and the Go plugin with the first listing. On the other SYNC_SIZES, the restart
+    with pod cgroups on against the Go plugin."""
     events = go_event_names(subscribed_events(PodLevelPlugin(Placement(bench_engine(spec)))))
-    elapsed: dict[str, list[int]] = collections.defaultdict(list)
-    handler_ns: dict[str, list[int]] = collections.defaultdict(list)
-    updates: dict[str, int] = {}
-    rss: dict[str, int] = {}
     topology = bench_engine(spec).topology
     all_cpus, all_mems = str(topology.all_cpus), str(CPUSet(topology.numa_node_ids))
-    for repeat in range(repeats):
-        runs = [("in_place", in_place), ("in_place_cgroups", in_place), ("unpinned", containers),
-                ("go_noop", in_place)]
-        for label, listed in runs if repeat % 2 == 0 else reversed(runs):
-            with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, \
-                    tempfile.TemporaryDirectory(prefix="bench-cgroup-", dir=CGROUP_BASE) as cgroup_root:
-                pod_cgroup_tree(Path(cgroup_root), sandboxes, all_cpus, all_mems)
-                cgroups = cgroup_root if label.endswith("cgroups") else None
-                command = ([go_binary, "-noop", events] if label == "go_noop" else
-                           plugin_command(state_dir, spec, cgroups))
-                ns, updates[label], rss[label], out = _synchronized(command, sandboxes, listed)
-            elapsed[label].append(ns)
-            if label != "go_noop":
-                handler_ns[label] += json.loads(out)["synchronize_ns"]
-    ms = {label: percentile(values, 0.5) / 1000 for label, values in elapsed.items()}
-    numbers: dict[str, object] = {
-        "nri_synchronize_2000_ms": round(ms["in_place"], 2),
-        "go_noop_synchronize_2000_ms": round(ms["go_noop"], 2),
-        "synchronize_2000_ratio": ratio(ms["in_place"], ms["go_noop"]),
-        "synchronize_2000_unpinned_ratio": ratio(ms["unpinned"], ms["go_noop"]),
-        "synchronize_2000_cgroups_ratio": ratio(ms["in_place_cgroups"], ms["go_noop"]),
-        "nri_synchronize_containers": len(containers),
-        "nri_synchronize_pods": len(sandboxes),
-        "nri_synchronize_repeats": repeats,
-    }
-    for label, listed in (("in_place", in_place), ("in_place_cgroups", in_place), ("unpinned", containers)):
+    numbers: dict[str, object] = {"nri_synchronize_repeats": repeats}
+    for size in SYNC_SIZES:
+        sandboxes, containers, placed = sync_node(spec, size)
+        in_place = in_place_listing(containers, placed)
+        elapsed: dict[str, list[int]] = collections.defaultdict(list)
+        handler_ns: dict[str, list[int]] = collections.defaultdict(list)
+        updates: dict[str, int] = {}
+        rss: dict[str, int] = {}
+        runs = [("in_place_cgroups", in_place), ("go_noop", in_place)]
+        if size == SYNC_CONTAINERS:
+            runs += [("in_place", in_place), ("unpinned", containers)]
+        for repeat in range(repeats):
+            for label, listed in runs if repeat % 2 == 0 else reversed(runs):
+                with tempfile.TemporaryDirectory(prefix="bench-state-") as state_dir, \
+                        tempfile.TemporaryDirectory(prefix="bench-cgroup-", dir=CGROUP_BASE) as cgroup_root:
+                    pod_cgroup_tree(Path(cgroup_root), sandboxes, all_cpus, all_mems)
+                    cgroups = cgroup_root if label.endswith("cgroups") else None
+                    command = ([go_binary, "-noop", events] if label == "go_noop" else
+                               plugin_command(state_dir, spec, cgroups))
+                    ns, updates[label], rss[label], out = _synchronized(command, sandboxes, listed)
+                elapsed[label].append(ns)
+                if label != "go_noop":
+                    handler_ns[label] += json.loads(out)["synchronize_ns"]
+        ms = {label: percentile(values, 0.5) / 1000 for label, values in elapsed.items()}
         numbers.update({
-            f"nri_synchronize_{label}_ms": round(ms[label], 2),
-            f"nri_synchronize_{label}_handler_ms": round(percentile(handler_ns[label], 0.5) / 1000, 2),
-            f"nri_synchronize_{label}_updates": updates[label],
-            f"nri_synchronize_{label}_request_kib": round(
-                api.SynchronizeRequest(pods=sandboxes, containers=listed).ByteSize() / 1024
-            ),
+            f"nri_synchronize_{size}_cgroups_ms": round(ms["in_place_cgroups"], 2),
+            f"nri_synchronize_{size}_cgroups_us_per_container": round(ms["in_place_cgroups"] * 1e3 / size, 1),
+            f"go_noop_synchronize_{size}_ms": round(ms["go_noop"], 2),
+            f"synchronize_{size}_cgroups_ratio": ratio(ms["in_place_cgroups"], ms["go_noop"]),
+            f"nri_synchronize_{size}_pods": len(sandboxes),
+            f"nri_plugin_rss_after_synchronize_{size}_kib": rss["in_place_cgroups"],
         })
-    numbers["nri_plugin_rss_after_synchronize_kib"] = rss["in_place"]
+        if size != SYNC_CONTAINERS:
+            continue
+        numbers.update({
+            "nri_synchronize_2000_ms": round(ms["in_place"], 2),
+            "go_noop_synchronize_2000_ms": round(ms["go_noop"], 2),
+            "synchronize_2000_ratio": ratio(ms["in_place"], ms["go_noop"]),
+            "synchronize_2000_unpinned_ratio": ratio(ms["unpinned"], ms["go_noop"]),
+            "nri_synchronize_containers": len(containers),
+            "nri_synchronize_pods": len(sandboxes),
+            "nri_plugin_rss_after_synchronize_kib": rss["in_place_cgroups"],
+        })
+        for label, listed in (("in_place", in_place), ("in_place_cgroups", in_place),
+                              ("unpinned", containers)):
+            numbers.update({
+                f"nri_synchronize_{label}_ms": round(ms[label], 2),
+                f"nri_synchronize_{label}_handler_ms": round(percentile(handler_ns[label], 0.5) / 1000, 2),
+                f"nri_synchronize_{label}_updates": updates[label],
+                f"nri_synchronize_{label}_request_kib": round(
+                    api.SynchronizeRequest(pods=sandboxes, containers=listed).ByteSize() / 1024
+                ),
+            })
     return numbers
 
 
@@ -948,6 +1020,9 @@ def main() -> int:
     parser.add_argument("--live-containers", metavar="N", type=int, default=LIVE_CONTAINERS,
                         help="containers live through the NRI churn: the mix's CPU holders, then Burstable "
                              "pods (%(default)s: the mix's 500 pods)")
+    parser.add_argument("--pods-with-failing-cgroups", metavar="N", type=int, default=0,
+                        help="leave out the cgroups of the NRI churn's first N pods, whose pod cgroup writes "
+                             "then fail all along (compare with a run without)")
     parser.add_argument(PLUGIN_PROCESS_FLAG, metavar="STATE_DIR", help=argparse.SUPPRESS)
     parser.add_argument(PLUGIN_CGROUP_ROOT_FLAG, metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -966,7 +1041,8 @@ def main() -> int:
     started = time.perf_counter()
     numbers: dict[str, object] = {"nri_plugin_setup": PLUGIN_SETUP, "go_noop_plugin": GO_SETUP}
     numbers.update(engine_numbers(cycles, args.profile, args.topology))
-    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary, args.topology, args.live_containers))
+    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary, args.topology, args.live_containers,
+                                      args.pods_with_failing_cgroups))
     numbers.update(nri_synchronize_numbers(sync_repeats, go_binary, args.topology))
     numbers["bench_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(numbers, indent=2))

@@ -88,6 +88,9 @@ the write would take the interpreter from the answer."""
 RELEASE_WRITTEN_WITHIN_S: Final = 0.1
 """A release is checkpointed by then at the latest, or with the next decision: a pod that goes is often
 replaced at once, and one write of both serves them."""
+POD_CGROUPS_PER_STEP: Final = 64
+"""Pod cgroups written per event-loop step after an answer (~0.2 ms each): a restart's Synchronize leaves
+every pod's to write, and the requests that arrive meanwhile go between the steps."""
 
 
 def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
@@ -243,6 +246,8 @@ class PodLevelPlugin(Handler):
         """Something the snapshot holds besides placement changed (checkpoint error, pod cgroup failures)."""
         self._cgroups_scheduled = False
         """A pod cgroup sync waits for the event loop's next callback (`_commit`)."""
+        self._cgroups_left: set[str] = set()
+        """Sandboxes whose pod cgroup waits for the next step of a sync spread over several."""
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -288,29 +293,34 @@ class PodLevelPlugin(Handler):
             self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
         cgroups = self.pod_cgroups
         if (cgroups is not None and not self._cgroups_scheduled
-                and (self.placement.pod_cgroups_changed or cgroups.pending)):
+                and (self.placement.pod_cgroups_changed or cgroups.pending or self._cgroups_left)):
             # After the answer, and only when a pod cgroup waits: nothing in the answer depends on the pod
             # cgroups (NRI cannot adjust them), and a Synchronize after a restart would otherwise read and
             # write every pod's before answering. The loop runs the callback before the next request.
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
-                self._sync_pod_cgroups()
+                self._sync_pod_cgroups(None)
             else:
                 self._cgroups_scheduled = True
-                loop.call_soon(self._sync_pod_cgroups)
+                loop.call_soon(self._sync_pod_cgroups, POD_CGROUPS_PER_STEP)
 
-    def _sync_pod_cgroups(self) -> None:
-        """Bring the pod cgroups in line with what placement wants now (those it changed, those failed)."""
+    def _sync_pod_cgroups(self, limit: int | None) -> None:
+        """Bring the pod cgroups in line with what placement wants now (those it changed, those failed), at
+        most `limit` of them in this step: after a restart's Synchronize every pod's waits, ~0.2 ms each,
+        and a request arriving meanwhile must not wait for all of them. The rest go in the next steps."""
         with self._lock:
             self._cgroups_scheduled = False
             cgroups = self.pod_cgroups
             if cgroups is None:
                 return
-            changed = self.placement.take_pod_cgroup_changes()
+            changed = self._cgroups_left | self.placement.take_pod_cgroup_changes()
             if changed or cgroups.pending:
-                cgroups.sync(self.placement.pod_cgroups, changed)
+                self._cgroups_left = cgroups.sync(self.placement.pod_cgroups, changed, limit)
                 self._stale = True
+            if self._cgroups_left:
+                self._cgroups_scheduled = True
+                asyncio.get_running_loop().call_soon(self._sync_pod_cgroups, limit)
 
     def _durable(self) -> None:
         """Wait until every decision so far was written (or its write failed): the answer applies them."""

@@ -62,11 +62,17 @@ class PodCgroups:
         self._refused: dict[str, PodCgroupSettings] = {}
         """sandbox id -> settings refused for good (an unsafe path): not tried again until they change."""
 
-    def sync(self, wanted: Mapping[str, PodCgroupSettings], changed: Iterable[str]) -> None:
+    def sync(self, wanted: Mapping[str, PodCgroupSettings], changed: Iterable[str],
+             limit: int | None = None) -> set[str]:
         """Bring the pod cgroups of the `changed` sandboxes, and of those whose retry is due, in line with
-        `wanted` (a sandbox no longer wanted is forgotten). Every other pod cgroup already holds its wants,
-        or waits for its retry."""
+        `wanted` (a sandbox no longer wanted is forgotten), writing at most `limit` of them; returns those
+        left for the next call. Every other pod cgroup already holds its wants, or waits for its retry."""
+        left: set[str] = set()
+        written = 0
         for sandbox_id in {*changed, *self._due_retries()}:
+            if limit is not None and written >= limit:
+                left.add(sandbox_id)
+                continue
             settings = wanted.get(sandbox_id)
             if settings is None:
                 self._written.pop(sandbox_id, None)
@@ -74,6 +80,8 @@ class PodCgroups:
                 self._refused.pop(sandbox_id, None)
             elif self._written.get(sandbox_id) != settings and self._refused.get(sandbox_id) != settings:
                 self._apply(sandbox_id, settings)
+                written += 1
+        return left
 
     def _apply(self, sandbox_id: str, settings: PodCgroupSettings) -> None:
         widened: Cpuset | None = None

@@ -564,3 +564,32 @@ def test_failing_pod_cgroups_are_retried_with_backoff_not_at_every_event(tmp_pat
         now[0] += delay
         plugin.stop_container(boxes[0], container(boxes[0], "app"))
         assert Counting.failures == total
+
+
+def test_the_pod_cgroups_a_synchronize_leaves_are_written_a_few_per_loop_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restart leaves every pod's cgroup to write: a request arriving meanwhile waits for one step's worth
+    (`POD_CGROUPS_PER_STEP`), not for all of them."""
+    monkeypatch.setattr("podlevel.agent.plugin.POD_CGROUPS_PER_STEP", 1)
+    pods = [fast_path(f"p{i}", cpus=2, exclusive=1) for i in range(2)]
+    root = v2_root(tmp_path, pods[0])
+    second = v2_root(tmp_path / "second", pods[1]) / "kubepods" / f"pod{pods[1].uid}"
+    second.rename(root / "kubepods" / f"pod{pods[1].uid}")
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=PodCgroups(root))
+    sandboxes = [sandbox(pod) for pod in pods]
+    for pod, box in zip(pods, sandboxes, strict=True):
+        box.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+
+    def written() -> int:
+        return sum(bool((root / "kubepods" / f"pod{pod.uid}" / "cpuset.cpus").read_text().strip())
+                   for pod in pods)
+
+    async def main() -> list[int]:
+        plugin.synchronize(sandboxes, [container(box, "app") for box in sandboxes])
+        counts = [written()]
+        for _ in range(2):
+            await asyncio.sleep(0)  # one turn of the loop: the step scheduled before it runs
+            counts.append(written())
+        return counts
+
+    assert asyncio.run(main()) == [0, 1, 2]

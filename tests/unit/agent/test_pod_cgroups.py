@@ -69,3 +69,28 @@ def test_an_unsafe_parent_is_refused_for_good_and_a_gone_pod_forgotten(tmp_path:
 
     cgroups.sync({}, ["sb"])
     assert (cgroups.failed, cgroups.pending) == ({}, False)
+
+
+def test_a_limited_sync_writes_that_many_and_returns_the_rest(tmp_path: Path) -> None:
+    """A restart leaves every pod's cgroup to write: the handler spreads them over loop steps this way."""
+    pods = [fast_path(f"p{i}") for i in range(5)]
+    roots = [v2_root(tmp_path / pod.name, pod) for pod in pods]
+    root = tmp_path / "node"
+    (root / "kubepods").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
+    for pod, tree in zip(pods, roots, strict=True):
+        (tree / "kubepods" / f"pod{pod.uid}").rename(root / "kubepods" / f"pod{pod.uid}")
+    wants = {f"sb-{pod.name}": PodCgroupSettings(f"pod default/{pod.name}", pod.uid,
+                                                 f"/kubepods/pod{pod.uid}", CPUSet.parse("2-3"), (0,), True,
+                                                 100000) for pod in pods}
+    cgroups = PodCgroups(root)
+
+    left = cgroups.sync(wants, wants, limit=2)
+    written = {sid for sid, want in wants.items()
+               if (root / "kubepods" / f"pod{want.pod_uid}" / "cpuset.cpus").read_text() == "2-3"}
+    assert (len(written), left) == (2, wants.keys() - written)
+    last = cgroups.sync(wants, left, limit=2)
+    assert len(last) == 1 and last < left
+    assert cgroups.sync(wants, last) == set()
+    assert all((root / "kubepods" / f"pod{w.pod_uid}" / "cpuset.cpus").read_text() == "2-3"
+               for w in wants.values())
