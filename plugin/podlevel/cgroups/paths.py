@@ -23,6 +23,7 @@ the value and the rule it broke.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -163,12 +164,13 @@ def pod_cgroup_components(*, pod_uid: str, cgroup_parent: str = "", cgroups_path
 
 
 def contained(base: Path, parts: list[str], what: str, value: str) -> Path:
-    """`base/parts...`, refused unless it resolves (symlinks followed) strictly below the resolved `base`."""
-    resolved_base = base.resolve()
-    path = resolved_base.joinpath(*parts).resolve()
-    if path == resolved_base or resolved_base not in path.parents:
+    """`base/parts...`, refused unless it resolves (symlinks followed) strictly below the resolved `base`.
+    On strings: every pod's first container pays for it, and `pathlib` triples the cost."""
+    resolved_base = os.path.realpath(base)
+    path = os.path.realpath(os.path.join(resolved_base, *parts))
+    if not path.startswith(resolved_base.rstrip(os.sep) + os.sep):
         raise UnsafeCgroupPath(what, value, f"resolves to {path}, outside {resolved_base}")
-    return path
+    return Path(path)
 
 
 def cgroup_version(cgroup_root: Path) -> int:
@@ -230,13 +232,14 @@ def locate_pod_cgroup(
     parts = pod_cgroup_components(pod_uid=pod_uid, cgroup_parent=cgroup_parent, cgroups_path=cgroups_path)
     what, value = ("cgroup parent", cgroup_parent) if cgroup_parent else ("cgroups path", cgroups_path)
     version, cpuset_base, cpu_base = _hierarchies(cgroup_root)
+    cpuset_dir = contained(cpuset_base, parts, what, value)
     return PodCgroup(
         version=version,
         components=tuple(parts),
-        cpuset_base=cpuset_base.resolve(),
-        cpu_base=cpu_base.resolve(),
-        cpuset_dir=contained(cpuset_base, parts, what, value),
-        cpu_dir=contained(cpu_base, parts, what, value),
+        cpuset_base=cpuset_base,
+        cpu_base=cpu_base,
+        cpuset_dir=cpuset_dir,
+        cpu_dir=cpuset_dir if cpu_base == cpuset_base else contained(cpu_base, parts, what, value),
     )
 
 
@@ -245,19 +248,26 @@ def locate_cgroup(cgroups_path: str, cgroup_root: Path = DEFAULT_CGROUP_ROOT) ->
     to lie strictly below the hierarchies' roots. For reading: nothing here proves it belongs to a pod."""
     parts = cgroups_path_components(cgroups_path)
     version, cpuset_base, cpu_base = _hierarchies(cgroup_root)
+    cpuset_dir = contained(cpuset_base, parts, "cgroups path", cgroups_path)
     return Cgroup(
         version=version,
-        cpuset_dir=contained(cpuset_base, parts, "cgroups path", cgroups_path),
-        cpu_dir=contained(cpu_base, parts, "cgroups path", cgroups_path),
+        cpuset_dir=cpuset_dir,
+        cpu_dir=(cpuset_dir if cpu_base == cpuset_base
+                 else contained(cpu_base, parts, "cgroups path", cgroups_path)),
     )
 
 
+@functools.lru_cache(maxsize=8)
 def _hierarchies(cgroup_root: Path) -> tuple[int, Path, Path]:
-    """The cgroup version, and where the cpuset and the cpu controllers' hierarchies are mounted."""
+    """The cgroup version, and where the cpuset and the cpu controllers' hierarchies are (resolved). Looked
+    up once per root: what is mounted there does not change under a running plugin, and every pod cgroup
+    written asked for it again (a stat and a realpath of every component)."""
     version = cgroup_version(cgroup_root)
     if version == 2:
-        return version, cgroup_root, cgroup_root
-    return version, cgroup_root / "cpuset", _v1_cpu_hierarchy(cgroup_root)
+        root = Path(os.path.realpath(cgroup_root))
+        return version, root, root
+    return (version, Path(os.path.realpath(cgroup_root / "cpuset")),
+            Path(os.path.realpath(_v1_cpu_hierarchy(cgroup_root))))
 
 
 def find_pod_cgroup(pod_uid: str, cgroup_root: Path = DEFAULT_CGROUP_ROOT) -> PodCgroup | None:
