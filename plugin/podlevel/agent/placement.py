@@ -27,15 +27,16 @@ Rules:
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
-`podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~650 lines left are one job
+`podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~680 lines left are one job
 held together by one invariant (the class docstring): which containers' settings an event changed, found
 without looking at every container, and every change of a `create` recorded so its answer stands all or
-nothing (`_Undo`); split further, each half would read the other's tables.
+nothing (`_Undo`, which keeps the sandbox's frozen record); split further, each half would read the other's
+tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from itertools import repeat
 from typing import Any, Final, NamedTuple
@@ -47,6 +48,7 @@ from podlevel.agent.records import (
     PlacementView,
     PodCgroupSettings,
     Sandbox,
+    SandboxRecord,
     Settings,
 )
 from podlevel.agent.resync import Confinement, Resync, ResyncCount, held_cpus, recorded_cpus
@@ -60,6 +62,27 @@ from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox, kubelet_quota, verify_shape
+
+
+class _PodCgroupWants(Mapping[str, PodCgroupSettings]):
+    """sandbox id -> what its pod cgroup should hold: a read-only view of the records that have one."""
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: Mapping[str, SandboxRecord]) -> None:
+        self._records = records
+
+    def __getitem__(self, sandbox_id: str) -> PodCgroupSettings:
+        cgroup = self._records[sandbox_id].cgroup
+        if cgroup is None:
+            raise KeyError(sandbox_id)
+        return cgroup
+
+    def __iter__(self) -> Iterator[str]:
+        return (sid for sid, record in self._records.items() if record.cgroup is not None)
+
+    def __len__(self) -> int:
+        return sum(record.cgroup is not None for record in self._records.values())
 
 
 class Placed(NamedTuple):
@@ -120,16 +143,11 @@ class Placement:
         self._containers: dict[str, _Tracked] = {}
         self._by_sandbox: dict[str, dict[str, None]] = {}
         """sandbox id -> ids of its tracked containers (an ordered set), kept with `_containers`."""
-        self._sandbox_pods: dict[str, str] = {}
-        """sandbox id -> uid of its admitted pod, for managed pods only."""
+        self._records: dict[str, SandboxRecord] = {}
+        """What placement knows of each sandbox the runtime has shown, managed or not, by id: one frozen
+        record, replaced on change (so an undo restores it whole)."""
         self._pods: dict[str, dict[str, Settings | Follows]] = {}
         """pod uid -> container name -> its decided settings, or what it keeps when it follows the pool."""
-        self._checked: dict[str, set[str]] = {}
-        """sandbox id -> names of its containers whose claim was checked against the runtime at their first
-        creation (a restart is not checked again: an in-place resize must not make it fail)."""
-        self._refused: dict[str, Pod] = {}
-        """sandbox id -> shape of a running pod a Synchronize could not admit again. Its containers stay in
-        the node shared pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
         self.applied: dict[str, Settings] = {}
         self._plain = Follows(engine.topology.numa_node_ids, None, engine.config.cpu_period_us)
         """What a container in the node shared pool keeps: the node's own settings (`_node_shared`)."""
@@ -137,10 +155,8 @@ class Placement:
         """The tracked containers that follow the pool, by what they keep; kept with `_containers`."""
         self._regrouped: set[str] = set()
         """Replaced, never changed in place: an `_Undo` holds the set it found."""
-        self.sandboxes: dict[str, Sandbox] = {}
-        """Every pod sandbox the runtime has shown, managed or not, by id."""
-        self.pod_cgroups: dict[str, PodCgroupSettings] = {}
-        """sandbox id -> what its pod cgroup should hold, for every admitted pod."""
+        self.pod_cgroups = _PodCgroupWants(self._records)
+        """sandbox id -> what its pod cgroup should hold, for every admitted pod (a view of the records)."""
         self.pod_cgroups_changed: set[str] = set()
         """Sandbox ids whose `pod_cgroups` entry was set or dropped since `take_pod_cgroup_changes`."""
         self._shared_of: NodeState | None = None
@@ -157,6 +173,20 @@ class Placement:
         """Every admission and refusal, on the state it was decided on (for `explain`)."""
         self._shapes = _Shapes()
 
+    @property
+    def sandboxes(self) -> dict[str, Sandbox]:
+        """Every pod sandbox the runtime has shown, managed or not, by id (a copy)."""
+        return {sid: record.sandbox for sid, record in self._records.items()}
+
+    def sandbox(self, sandbox_id: str) -> Sandbox | None:
+        record = self._records.get(sandbox_id)
+        return record.sandbox if record is not None else None
+
+    def _seen(self, sandbox: Sandbox) -> SandboxRecord:
+        """The sandbox's record, started or with the runtime's latest view of the sandbox."""
+        record = self._records.get(sandbox.id)
+        return SandboxRecord(sandbox) if record is None else record.seen_as(sandbox)
+
     # -- events --------------------------------------------------------------------------------------------
 
     def run_sandbox(self, sandbox: Sandbox) -> PodDecision | None:
@@ -168,7 +198,7 @@ class Placement:
         admission makes necessary are handed out by the next `create` or `take_pending_updates`.
         """
         self.generation += 1
-        self.sandboxes[sandbox.id] = sandbox
+        self._records[sandbox.id] = self._seen(sandbox)
         pod = self._shapes.of(sandbox)
         if pod is None:
             return None
@@ -191,10 +221,10 @@ class Placement:
         """
         self.generation += 1
         undo = self._undo = _Undo(self, sandbox.id)
-        if sandbox.id not in self.sandboxes:
-            undo.keep(self.sandboxes, sandbox.id)
-            self.sandboxes[sandbox.id] = sandbox
-        uid = self._sandbox_pods.get(sandbox.id)
+        undo.keep(self._records, sandbox.id)
+        if sandbox.id not in self._records:
+            self._records[sandbox.id] = SandboxRecord(sandbox)
+        uid = self._records[sandbox.id].pod_uid
         admitted = None
         if uid is not None:
             self._verify_container(sandbox, self.state.pods[uid], name, resources, undo)
@@ -216,18 +246,17 @@ class Placement:
         pod = self._shapes.of(sandbox)
         if pod is None:
             return None
-        for table in (self._sandbox_pods, self._refused, self.pod_cgroups):
-            undo.keep(table, sandbox.id)
         if pod.uid in self._pods:
             self._verify_container(sandbox, pod, name, resources, undo)
             self._attach(sandbox, pod.uid)
             return None
         self._verify_sandbox(sandbox, pod)
         self._verify_container(sandbox, pod, name, resources, undo)
+        undo.keep(self._pods, pod.uid)
         try:
             return self._admit(sandbox, pod)
         except AdmissionError:
-            if sandbox.id not in self._refused:
+            if self._records[sandbox.id].kept_out is None:
                 raise
             return None
 
@@ -250,18 +279,17 @@ class Placement:
                      required=pod.resources is not None)
 
     def _verify_container(
-        self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None, undo: _Undo
+        self, sandbox: Sandbox, pod: Pod, name: str, resources: RuntimeResources | None, undo: _Undo | None
     ) -> None:
         """Check a container's own claim against its runtime resources at its first creation in the
         sandbox, whether it admits the pod or comes later; its restarts are not checked again."""
-        checked = self._checked.setdefault(sandbox.id, set())
-        if name in checked:
+        record = self._records[sandbox.id]
+        if name in record.checked:
             return
         claimed = claimed_container(pod, name, sandbox.resources.cpu_period or CFS_PERIOD_US)
         if claimed is not None and resources is not None:
             verify_shape(claimed, resources, f"{_pod_text(sandbox)} container {shown(name)}", required=True)
-        checked.add(name)
-        undo.checked = name
+        self._records[sandbox.id] = record.checking(record.checked | {name})
 
     def _admit(
         self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
@@ -279,28 +307,30 @@ class Placement:
             else Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
             for d in decision.containers
         }
-        self._sandbox_pods[sandbox.id] = pod.uid
-        self._refused.pop(sandbox.id, None)
-        self._regroup(sandbox.id)
         exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
-        self.pod_cgroups[sandbox.id] = PodCgroupSettings(
+        cgroup = PodCgroupSettings(
             _pod_text(sandbox), pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
             decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
             self.engine.config.cpu_period_us,
         )
+        self._records[sandbox.id] = self._records[sandbox.id].admitted(pod.uid, cgroup)
+        self._regroup(sandbox.id)
         self.pod_cgroups_changed.add(sandbox.id)
         return decision
 
     def _attach(self, sandbox: Sandbox, uid: str) -> None:
         """A sandbox of a pod admitted through another sandbox (the kubelet recreated it): it shares the pod's
         allocations, and its pod cgroup (named by the pod's uid) is wanted as the other sandbox's."""
-        self._sandbox_pods[sandbox.id] = uid
+        record = self._records[sandbox.id]
+        self._records[sandbox.id] = record.attached(uid, record.cgroup)
         self._regroup(sandbox.id)
-        if sandbox.id in self.pod_cgroups:
+        if record.cgroup is not None:
             return
-        known = next((s for s in self.pod_cgroups.values() if s.pod_uid == uid), None)
+        known = next((r.cgroup for r in self._records.values() if r.cgroup is not None and r.pod_uid == uid),
+                     None)
         if known is not None:
-            self.pod_cgroups[sandbox.id] = replace(known, cgroup_parent=sandbox.cgroup_parent)
+            cgroup = replace(known, cgroup_parent=sandbox.cgroup_parent)
+            self._records[sandbox.id] = record.attached(uid, cgroup)
             self.pod_cgroups_changed.add(sandbox.id)
 
     def take_pod_cgroup_changes(self) -> set[str]:
@@ -320,18 +350,17 @@ class Placement:
     def remove_sandbox(self, sandbox_id: str) -> bool:
         """Release a pod's allocations: its sandbox stopped or is gone. Returns whether it held an admitted
         pod."""
-        if not any(sandbox_id in table for table in (self.sandboxes, self._sandbox_pods, self._by_sandbox)):
+        if sandbox_id not in self._records and sandbox_id not in self._by_sandbox:
             return False
         self.generation += 1
-        uid = self._sandbox_pods.pop(sandbox_id, None)
-        self._refused.pop(sandbox_id, None)
-        self._checked.pop(sandbox_id, None)
-        if self.pod_cgroups.pop(sandbox_id, None) is not None:
+        record = self._records.pop(sandbox_id, None)
+        uid = record.pod_uid if record is not None else None
+        if record is not None and record.cgroup is not None:
             self.pod_cgroups_changed.add(sandbox_id)
-        self.sandboxes.pop(sandbox_id, None)
         for container_id in self.containers_of(sandbox_id):
             self.remove_container(container_id)
-        if uid is not None and uid in self.state.pods and uid not in self._sandbox_pods.values():
+        if (uid is not None and uid in self.state.pods
+                and all(r.pod_uid != uid for r in self._records.values())):
             self.state = self.engine.remove_pod(self.state, uid)
             del self._pods[uid]
         return uid is not None
@@ -350,9 +379,10 @@ class Placement:
         """
         self.generation += 1
         by_id = {s.id: s for s in sandboxes}
-        for sandbox_id in [sid for sid in self._sandbox_pods if sid not in by_id]:
+        for sandbox_id in [sid for sid, r in self._records.items() if sid not in by_id and r.pod_uid]:
             self.remove_sandbox(sandbox_id)
-        self.sandboxes = dict(by_id)
+        self._records = {sid: self._seen(box) for sid, box in by_id.items()}
+        self.pod_cgroups = _PodCgroupWants(self._records)
         self._containers.clear()
         self._by_sandbox.clear()
         self._followers.clear()
@@ -368,7 +398,8 @@ class Placement:
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         shapes = self._shapes
         for sandbox_id, rows in by_sandbox.items():
-            self._checked[sandbox_id] = {seen.name for seen in rows}
+            names = frozenset(seen.name for seen in rows)
+            self._records[sandbox_id] = self._records[sandbox_id].checking(names)
             try:
                 pod = shapes.of(by_id[sandbox_id])
             except InputError as err:
@@ -402,7 +433,7 @@ class Placement:
             waiting = still
         for sandbox, pod, _ in waiting:
             refused[sandbox.id] = errors[sandbox.id]
-            self._refused[sandbox.id] = pod
+            self._records[sandbox.id] = self._records[sandbox.id].keeping_out(pod)
         self.resync = resync.report()
         # Containers are tracked, and their settings computed, once every pod is back: per pod they would
         # cost quadratic time.
@@ -471,12 +502,13 @@ class Placement:
         """A tracked container's settings when the node shared pool cannot move them, else what it keeps of
         its own while its CPUs follow the pool: a managed container outside any bubble its memory nodes and
         quota, one of a pod a Synchronize could not admit again the kubelet's quota."""
-        uid = self._sandbox_pods.get(tracked.sandbox_id)
+        record = self._records.get(tracked.sandbox_id)
+        uid = record.pod_uid if record is not None else None
         pod = self._pods.get(uid) if uid is not None else None
         own = pod.get(tracked.name) if pod is not None else None
         if own is not None:
             return own
-        refused = self._refused.get(tracked.sandbox_id)
+        refused = record.kept_out if record is not None else None
         if refused is None:
             return self._plain
         period = self._plain.cpu_period_us
@@ -547,11 +579,11 @@ class Placement:
         """Copies of what placement holds now, for readers on other threads; cheap (a few dict copies)."""
         return PlacementView(
             self.state,
-            dict(self.sandboxes),
+            {sid: r.sandbox for sid, r in self._records.items()},
             dict(self._containers),
             dict(self.applied),
-            dict(self._sandbox_pods),
-            frozenset(self._refused),
+            {sid: r.pod_uid for sid, r in self._records.items() if r.pod_uid is not None},
+            frozenset(sid for sid, r in self._records.items() if r.kept_out is not None),
             {sandbox_id: tuple(ids) for sandbox_id, ids in self._by_sandbox.items()},
         )
 
@@ -568,29 +600,23 @@ _ABSENT = object()
 class _Undo:
     """What one `Placement.create` changed, to put back when its answer cannot be sent.
 
-    Built on every create, so it copies nothing up front: it holds the node state, the pending-update
-    bookkeeping (`_unsent` and `_regrouped` are replaced, never changed in place) and the count of admitted
-    pods as they were, and `create` records table entries just before changing them (the sandbox's entries
-    when it admits, in one record the `applied` entries of the containers it hands updates out for). A
-    create in an admitted pod records two.
+    Built on every create, so it copies nothing up front: it holds the node state and the pending-update
+    bookkeeping (`_unsent` and `_regrouped` are replaced, never changed in place) as they were, and `create`
+    records table entries just before changing them: the sandbox's record (frozen, so keeping it is keeping a
+    reference), the pod's decision when it admits, in one record the `applied` entries of the containers it
+    hands updates out for. A create in an admitted pod records three.
     """
 
-    __slots__ = (
-        "_container", "_entries", "_flushed_pool", "_pods", "_regrouped", "_sandbox_id", "_state", "_unsent",
-        "checked",
-    )
+    __slots__ = ("_container", "_entries", "_flushed_pool", "_regrouped", "_sandbox_id", "_state", "_unsent")
 
     def __init__(self, placement: Placement, sandbox_id: str) -> None:
         self._sandbox_id = sandbox_id
         self._state = placement.state
-        self._pods = len(placement._pods)
         self._flushed_pool = placement._flushed_pool
         self._unsent = placement._unsent
         self._regrouped = placement._regrouped
         self._entries: list[tuple[dict[str, Any], dict[str, object]]] = []
         self._container: tuple[str, _Tracked | None] | None = None
-        self.checked: str | None = None
-        """The container name `create` checked for the first time in the sandbox."""
 
     def keep(self, table: dict[str, Any], key: str) -> None:
         """Remember `table[key]` as it is now (or its absence)."""
@@ -612,13 +638,6 @@ class _Undo:
                     table.pop(key, None)
                 else:
                     table[key] = value
-        if self.checked is not None:
-            checked = placement._checked[self._sandbox_id]
-            checked.discard(self.checked)
-            if not checked:
-                del placement._checked[self._sandbox_id]
-        while len(placement._pods) > self._pods:  # an admission adds its pod last
-            placement._pods.popitem()
         # Groups follow the tables just put back.
         if self._container is not None:
             container_id, before_tracked = self._container

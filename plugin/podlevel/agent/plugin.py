@@ -430,7 +430,7 @@ class PodLevelPlugin(Handler):
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         placement = self.placement
         # The record of a sandbox seen before: its fields are the runtime's for the sandbox's whole life.
-        sandbox = placement.sandboxes.get(pod.id) or sandbox_of(pod)
+        sandbox = placement.sandbox(pod.id) or sandbox_of(pod)
         name = shown(container.name)  # for log lines: the runtime's names are any text
         try:
             settings, changed, admitted = placement.create(

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import Assignment, NodeState
+from podlevel.engine.pod import Pod
 from podlevel.podspec.runtime import RuntimeResources
 
 
@@ -94,3 +95,38 @@ class PlacementView:
     """Sandboxes of running managed pods a Synchronize could not admit again (left in the node pool)."""
     by_sandbox: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """sandbox id -> its containers' ids, in the order they were tracked (so a pod's are not searched for)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRecord:
+    """What placement knows of one sandbox; replaced whole when any of it changes."""
+
+    sandbox: Sandbox
+    pod_uid: str | None = None
+    """The uid of its admitted pod (managed pods only)."""
+    checked: frozenset[str] = frozenset()
+    """Its containers whose claim was checked against the runtime at their first creation (a restart is not
+    checked again: an in-place resize must not make it fail)."""
+    kept_out: Pod | None = None
+    """The shape of a running pod a Synchronize could not admit again: its containers stay in the node shared
+    pool (the kubelet never re-admits a running pod), with the kubelet's own quota."""
+    cgroup: PodCgroupSettings | None = None
+    """What its pod cgroup should hold, for an admitted pod."""
+
+    # Each change of state as its own constructor: `dataclasses.replace` costs several times as much, and a
+    # restart's Synchronize makes a few of these per pod.
+
+    def seen_as(self, sandbox: Sandbox) -> SandboxRecord:
+        return SandboxRecord(sandbox, self.pod_uid, self.checked, self.kept_out, self.cgroup)
+
+    def checking(self, names: frozenset[str]) -> SandboxRecord:
+        return SandboxRecord(self.sandbox, self.pod_uid, names, self.kept_out, self.cgroup)
+
+    def admitted(self, pod_uid: str, cgroup: PodCgroupSettings) -> SandboxRecord:
+        return SandboxRecord(self.sandbox, pod_uid, self.checked, None, cgroup)
+
+    def attached(self, pod_uid: str, cgroup: PodCgroupSettings | None) -> SandboxRecord:
+        return SandboxRecord(self.sandbox, pod_uid, self.checked, self.kept_out, cgroup)
+
+    def keeping_out(self, pod: Pod) -> SandboxRecord:
+        return SandboxRecord(self.sandbox, self.pod_uid, self.checked, pod, self.cgroup)
