@@ -4,7 +4,6 @@ something."""
 
 from __future__ import annotations
 
-from podlevel.engine.memory_policy import MemoryBlock, NUMANodeState
 from podlevel.state.checkpoint_content import (
     Content,
     CPUCheckpoint,
@@ -16,7 +15,6 @@ from podlevel.state.checkpoint_content import (
 from podlevel.state.checksum import (
     GoValue,
     go_map,
-    go_slice,
     go_struct,
     pointer,
     scalar,
@@ -33,7 +31,6 @@ from podlevel.state.gotypes import (
     CPUPodEntry,
     Field,
     MapOf,
-    PointerTo,
     parse,
 )
 from podlevel.state.layouts import CPU_FAMILY, FAMILIES, MEMORY_FAMILY, NEWEST, Layout, with_field
@@ -122,81 +119,11 @@ def _value(fields: tuple[Field, ...], content: Content, type_: str) -> GoValue:
 
 
 def _memory_values(content: MemoryCheckpoint) -> dict[str, GoValue]:
-    machine = _schema_of(MACHINE_STATE)
-    node_pointer = machine.value
-    assert isinstance(node_pointer, PointerTo)
-    node_struct = node_pointer.element
-    memory_map = _schema_of(node_struct.fields[1])
-    table_pointer = memory_map.value
-    assert isinstance(table_pointer, PointerTo)
-
-    def node(state: NUMANodeState) -> GoValue:
-        tables = {
-            name: pointer(
-                table_pointer.go,
-                go_struct(
-                    table_pointer.element.go,
-                    [
-                        (f.name, scalar(f.schema.go, str(v)))
-                        for f, v in zip(
-                            table_pointer.element.fields,
-                            (t.total, t.system_reserved, t.allocatable, t.reserved, t.free),
-                            strict=True,
-                        )
-                    ],
-                ),
-            )
-            for name, t in state.memory_map.items()
-        }
-        return pointer(
-            node_pointer.go,
-            go_struct(
-                node_struct.go,
-                [
-                    ("NumberOfAssignments", scalar("int", str(state.assignments))),
-                    ("MemoryMap", go_map(memory_map.go, tables)),
-                    ("Cells", go_slice("[]int", [scalar("int", str(c)) for c in state.cells])),
-                ],
-            ),
-        )
-
-    entries = _schema_of(MEMORY_ENTRIES)
-    pod_entries = _schema_of(MEMORY_POD_ENTRIES)
-    pod_entry = pod_entries.value
     return {
-        "MachineState": go_map(machine.go, {n: node(s) for n, s in content.machine.items()}),
-        "Entries": go_map(
-            entries.go,
-            {
-                pod: go_map(entries.value.go, {name: _blocks_value(b) for name, b in ctrs.items()})
-                for pod, ctrs in content.entries.items()
-            },
-        ),
-        "PodEntries": go_map(
-            pod_entries.go,
-            {
-                pod: go_struct(pod_entry.go, [("MemoryBlocks", _blocks_value(b))])
-                for pod, b in content.pod_entries.items()
-            },
-        ),
+        f.name: f.schema.value_of(value)
+        for f, value in ((MACHINE_STATE, content.machine), (MEMORY_ENTRIES, content.entries),
+                         (MEMORY_POD_ENTRIES, content.pod_entries))
     }
-
-
-def _blocks_value(blocks: tuple[MemoryBlock, ...]) -> GoValue:
-    return go_slice(
-        "[]state.Block",
-        [
-            go_struct(
-                "state.Block",
-                [
-                    ("NUMAAffinity", go_slice("[]int", [scalar("int", str(n)) for n in b.numa_affinity])),
-                    ("Type", scalar("v1.ResourceName", b.type)),
-                    ("Size", scalar("uint64", str(b.size))),
-                ],
-            )
-            for b in blocks
-        ],
-    )
 
 
 def _schema_of(f: Field) -> MapOf:

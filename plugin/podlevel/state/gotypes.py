@@ -16,11 +16,12 @@ that is hashed is the value Go would hash.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
@@ -89,6 +90,11 @@ class Schema:
         """`omitempty`'s test."""
         return False
 
+    def value_of(self, value: Any) -> GoValue:
+        """The engine's Python value as this Go type (what the checksum hashes): the model built from the
+        schema, so a layout's structure is spelled out once, here."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True)
 class String(Schema):
@@ -106,6 +112,9 @@ class String(Schema):
 
     def encode(self, value: GoValue) -> str:
         return encode_string(value.text)
+
+    def value_of(self, value: Any) -> GoValue:
+        return scalar(self.go, str(value))
 
     def is_empty(self, value: GoValue) -> bool:
         return value.text == ""
@@ -135,6 +144,9 @@ class Integer(Schema):
 
     def is_empty(self, value: GoValue) -> bool:
         return value.text == "0"
+
+    def value_of(self, value: Any) -> GoValue:
+        return scalar(self.go, str(int(value)))
 
 
 @dataclass(frozen=True)
@@ -178,6 +190,9 @@ class MapOf(Schema):
     def is_empty(self, value: GoValue) -> bool:
         return not value.items
 
+    def value_of(self, value: Any) -> GoValue:
+        return go_map(self.go, {key: self.value.value_of(item) for key, item in value.items()})
+
 
 @dataclass(frozen=True)
 class SliceOf(Schema):
@@ -203,6 +218,9 @@ class SliceOf(Schema):
 
     def is_empty(self, value: GoValue) -> bool:
         return not value.elements
+
+    def value_of(self, value: Any) -> GoValue:
+        return go_slice(self.go, [self.element.value_of(item) for item in value])
 
 
 @dataclass(frozen=True)
@@ -266,6 +284,14 @@ class Struct(Schema):
             parts.append(f"{encode_string(f.json)}:{f.schema.encode(item)}")
         return "{" + ",".join(parts) + "}"
 
+    def value_of(self, value: Any) -> GoValue:
+        """A dataclass whose fields are this struct's, in this order (the engine's `MemoryTable`,
+        `NUMANodeState`, `MemoryBlock` are), or, for a struct of one field, that field's value."""
+        values = ([getattr(value, f.name) for f in dataclasses.fields(value)]
+                  if dataclasses.is_dataclass(value) else [value])
+        return go_struct(self.go, [(f.name, f.schema.value_of(item))
+                                   for f, item in zip(self.fields, values, strict=True)])
+
 
 @dataclass(frozen=True)
 class PointerTo(Schema):
@@ -283,6 +309,9 @@ class PointerTo(Schema):
     def encode(self, value: GoValue) -> str:
         target = value.target
         return "null" if target is None else self.element.encode(target)
+
+    def value_of(self, value: Any) -> GoValue:
+        return pointer(self.go, self.element.value_of(value))
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _ints(values: Iterable[int], separator: str) -> str:
     return separator.join(str(value) for value in values)
 
 
-def _blocks(blocks: tuple[MemoryBlock, ...]) -> tuple[str, str]:
+def _block_fragments(blocks: tuple[MemoryBlock, ...]) -> tuple[str, str]:
     json_parts, shown_parts = [], []
     for block in blocks:
         json_parts.append(
@@ -192,12 +192,12 @@ def _blocks(blocks: tuple[MemoryBlock, ...]) -> tuple[str, str]:
 
 
 def _memory_entry(uid: str, containers: Mapping[str, tuple[MemoryBlock, ...]]) -> tuple[str, str]:
-    encoded = {name: _blocks(blocks) for name, blocks in containers.items()}
+    encoded = {name: _block_fragments(blocks) for name, blocks in containers.items()}
     return _container_map(uid, {n: e[0] for n, e in encoded.items()}, {n: e[1] for n, e in encoded.items()})
 
 
 def _memory_pod_entry(uid: str, blocks: tuple[MemoryBlock, ...]) -> tuple[str, str]:
-    member = f"{_BLOCKS_KEY}{_blocks(blocks)[0]}" if blocks else ""
+    member = f"{_BLOCKS_KEY}{_block_fragments(blocks)[0]}" if blocks else ""
     return f"{encode_string(uid)}:{{{member}}}", ""
 
 
