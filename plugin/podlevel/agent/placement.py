@@ -157,7 +157,7 @@ class Placement:
         """Replaced, never changed in place: an `_Undo` holds the set it found."""
         self.pod_cgroups = _PodCgroupWants(self._records)
         """sandbox id -> what its pod cgroup should hold, for every admitted pod (a view of the records)."""
-        self.pod_cgroups_changed: set[str] = set()
+        self._pod_cgroups_changed: set[str] = set()
         """Sandbox ids whose `pod_cgroups` entry was set or dropped since `take_pod_cgroup_changes`."""
         self._shared_of: NodeState | None = None
         self._shared = self._node_shared()
@@ -315,7 +315,7 @@ class Placement:
         )
         self._records[sandbox.id] = self._records[sandbox.id].admitted(pod.uid, cgroup)
         self._regroup(sandbox.id)
-        self.pod_cgroups_changed.add(sandbox.id)
+        self._pod_cgroups_changed.add(sandbox.id)
         return decision
 
     def _attach(self, sandbox: Sandbox, uid: str) -> None:
@@ -331,11 +331,11 @@ class Placement:
         if known is not None:
             cgroup = replace(known, cgroup_parent=sandbox.cgroup_parent)
             self._records[sandbox.id] = record.attached(uid, cgroup)
-            self.pod_cgroups_changed.add(sandbox.id)
+            self._pod_cgroups_changed.add(sandbox.id)
 
     def take_pod_cgroup_changes(self) -> set[str]:
         """The sandbox ids whose pod cgroup wants changed since the last call (and forget them)."""
-        changed, self.pod_cgroups_changed = self.pod_cgroups_changed, set()
+        changed, self._pod_cgroups_changed = self._pod_cgroups_changed, set()
         return changed
 
     def remove_container(self, container_id: str) -> None:
@@ -356,7 +356,7 @@ class Placement:
         record = self._records.pop(sandbox_id, None)
         uid = record.pod_uid if record is not None else None
         if record is not None and record.cgroup is not None:
-            self.pod_cgroups_changed.add(sandbox_id)
+            self._pod_cgroups_changed.add(sandbox_id)
         for container_id in self.containers_of(sandbox_id):
             self.remove_container(container_id)
         if (uid is not None and uid in self.state.pods
@@ -648,7 +648,7 @@ class _Undo:
         placement._flushed_pool = self._flushed_pool
         placement._unsent = self._unsent
         placement._regrouped = self._regrouped
-        placement.pod_cgroups_changed.add(self._sandbox_id)
+        placement._pod_cgroups_changed.add(self._sandbox_id)
 
 
 class _Shapes:

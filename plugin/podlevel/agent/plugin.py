@@ -247,7 +247,8 @@ class PodLevelPlugin(Handler):
         self._cgroups_scheduled = False
         """A pod cgroup sync waits for the event loop's next callback (`_commit`)."""
         self._cgroups_left: set[str] = set()
-        """Sandboxes whose pod cgroup waits for the next step of a sync spread over several."""
+        """Sandboxes whose pod cgroup wants changed (taken from placement after each event) and are not
+        written yet: the next sync step writes them."""
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -291,9 +292,12 @@ class PodLevelPlugin(Handler):
         if self._writer is not None and (force or current is not self._saved):
             self._saved = current
             self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
+        changed = self.placement.take_pod_cgroup_changes()  # taken even unused: the set would only grow
         cgroups = self.pod_cgroups
-        if (cgroups is not None and not self._cgroups_scheduled
-                and (self.placement.pod_cgroups_changed or cgroups.pending or self._cgroups_left)):
+        if cgroups is None:
+            return
+        self._cgroups_left |= changed
+        if not self._cgroups_scheduled and (self._cgroups_left or cgroups.pending):
             # After the answer, and only when a pod cgroup waits: nothing in the answer depends on the pod
             # cgroups (NRI cannot adjust them), and a Synchronize after a restart would otherwise read and
             # write every pod's before answering. The loop runs the callback before the next request.
