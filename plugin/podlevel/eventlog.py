@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Final
 
-_RESERVED: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+RECORD_ATTRIBUTES: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+"""What every log record has of its own; any other attribute is an event's field."""
 
 
 class _EventRecord(logging.LogRecord):
@@ -41,7 +42,7 @@ class EventLogger:
         if not logger.isEnabledFor(level):
             return
         record = _EventRecord(logger.name, level, "", 0, sentence, None, None)
-        clash = _RESERVED.intersection(fields)
+        clash = RECORD_ATTRIBUTES.intersection(fields)
         if clash:
             raise KeyError(f"event fields {sorted(clash)} would overwrite the log record's own")
         record.__dict__.update(fields)

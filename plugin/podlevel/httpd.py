@@ -51,6 +51,10 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def not_found(path: str) -> Reply:
+    return Reply(HTTPStatus.NOT_FOUND, f"no such path: {path}\n".encode())
+
+
 class Handler(BaseHTTPRequestHandler):
     """GET and HEAD by the server's routes; subclasses add methods and answer through `send`."""
 
@@ -86,7 +90,7 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         route = self.server.routes.get(url.path)
         if route is None:
-            return Reply(HTTPStatus.NOT_FOUND, f"no such path: {url.path}\n".encode())
+            return not_found(url.path)
         try:
             return route(parse_qs(url.query))
         except Exception as err:  # a broken view must not take the server down

@@ -30,8 +30,6 @@ from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
 from support.builders import MI, app, burstable, guaranteed, new_engine, pod, sidecar
 from support.fuzzing import fuzz_settings
 
-EXCLUSIVE = (Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE)
-
 
 @st.composite
 def pods(draw: st.DrawFn, index: int) -> Pod | None:
@@ -71,7 +69,7 @@ def check(placement: Placement) -> None:
     for cid in placement.container_ids():
         settings = placement.applied[cid]
         assert settings == placement.desired(cid)
-        if settings.assignment in EXCLUSIVE:
+        if settings.assignment.exclusive:
             owner = cid.split("/")[0]
             for cpu in settings.cpus:
                 held_by = owners.setdefault(cpu, owner)

@@ -173,11 +173,6 @@ class Placement:
         """Every admission and refusal, on the state it was decided on (for `explain`)."""
         self._shapes = _Shapes()
 
-    @property
-    def sandboxes(self) -> dict[str, Sandbox]:
-        """Every pod sandbox the runtime has shown, managed or not, by id (a copy)."""
-        return {sid: record.sandbox for sid, record in self._records.items()}
-
     def sandbox(self, sandbox_id: str) -> Sandbox | None:
         record = self._records.get(sandbox_id)
         return record.sandbox if record is not None else None

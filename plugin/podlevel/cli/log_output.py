@@ -25,10 +25,10 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, TextIO
 
+from podlevel.eventlog import RECORD_ATTRIBUTES
+
 LOG_FORMATS: Final = ("auto", "json", "console")
 
-# Attributes every record has; the others are the event's fields (`extra`).
-_RECORD_ATTRIBUTES: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 _to_json: Final = json.JSONEncoder(default=str).encode
 
@@ -38,7 +38,7 @@ def event_of(record: logging.LogRecord) -> dict[str, Any]:
     event: dict[str, Any] = {"event": record.getMessage(), "level": record.levelname.lower(),
                              "logger": record.name}
     for key, value in record.__dict__.items():
-        if key not in _RECORD_ATTRIBUTES:
+        if key not in RECORD_ATTRIBUTES:
             event[key] = value
     created = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
     event["timestamp"] = created.isoformat().replace("+00:00", "Z")

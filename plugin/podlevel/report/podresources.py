@@ -93,15 +93,21 @@ def pod_resources(snapshot: NodeSnapshot, sandbox: Sandbox) -> pb.PodResources:
     return answer
 
 
-def listed_sandboxes(snapshot: NodeSnapshot) -> list[Sandbox]:
-    """One sandbox per pod, by namespace and name: a pod whose sandbox was recreated is listed once, by the
-    sandbox holding its allocations when one does."""
-    view = snapshot.placement
+def one_per_pod(snapshot: NodeSnapshot, sandboxes: Iterable[Sandbox]) -> dict[str, Sandbox]:
+    """pod uid -> its sandbox: a pod whose sandbox was recreated counts once, by the sandbox holding its
+    allocations when one does."""
+    admitted = snapshot.placement.admitted
     by_uid: dict[str, Sandbox] = {}
-    for sandbox in view.sandboxes.values():
-        if sandbox.uid not in by_uid or sandbox.id in view.admitted:
+    for sandbox in sandboxes:
+        if sandbox.uid not in by_uid or sandbox.id in admitted:
             by_uid[sandbox.uid] = sandbox
-    return sorted(by_uid.values(), key=lambda s: (s.namespace, s.name, s.uid))
+    return by_uid
+
+
+def listed_sandboxes(snapshot: NodeSnapshot) -> list[Sandbox]:
+    """One sandbox per pod, by namespace and name."""
+    listed = one_per_pod(snapshot, snapshot.placement.sandboxes.values()).values()
+    return sorted(listed, key=lambda s: (s.namespace, s.name, s.uid))
 
 
 def list_response(snapshot: NodeSnapshot) -> pb.ListPodResourcesResponse:
@@ -113,12 +119,8 @@ def list_response(snapshot: NodeSnapshot) -> pb.ListPodResourcesResponse:
 def find_pod(snapshot: NodeSnapshot, namespace: str, name: str) -> pb.PodResources | None:
     """The pod `List` would list under that name (the lowest uid, if a recreated pod's old sandbox lingers),
     found without sorting the node."""
-    view = snapshot.placement
-    by_uid: dict[str, Sandbox] = {}
-    for sandbox in view.sandboxes.values():
-        if (sandbox.namespace, sandbox.name) == (namespace, name) and (
-                sandbox.uid not in by_uid or sandbox.id in view.admitted):
-            by_uid[sandbox.uid] = sandbox
+    named = (s for s in snapshot.placement.sandboxes.values() if (s.namespace, s.name) == (namespace, name))
+    by_uid = one_per_pod(snapshot, named)
     return pod_resources(snapshot, by_uid[min(by_uid)]) if by_uid else None
 
 

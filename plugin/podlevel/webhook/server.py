@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from podlevel.httpd import JSON, Handler, Query, Reply, Server
+from podlevel.httpd import JSON, Handler, Query, Reply, Server, not_found
 from podlevel.podspec.admission import MAX_REVIEW_BYTES, NOTE_LIMIT, Action, Answer, review, unreadable
 
 log = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class _Handler(Handler):
     def do_POST(self) -> None:
         if urlsplit(self.path).path != MUTATE_PATH:
             self.close_connection = True
-            self.send(Reply(HTTPStatus.NOT_FOUND, f"no such path: {urlsplit(self.path).path}\n".encode()))
+            self.send(not_found(urlsplit(self.path).path))
             return
         answer = self._review()
         _log(answer)
