@@ -1034,7 +1034,9 @@ def main() -> int:
     if args.state_base:
         tempfile.tempdir = str(Path(args.state_base).resolve())
     if args.profile_plugin:
-        os.environ[PROFILE_PLUGIN_ENV] = str(Path(args.profile_plugin).resolve())
+        profiles = Path(args.profile_plugin).resolve()
+        profiles.mkdir(parents=True, exist_ok=True)
+        os.environ[PROFILE_PLUGIN_ENV] = str(profiles)
     if args.block < 1 or nri_cycles < 2 * args.block:
         parser.error("--block must be at least 1 and --nri-cycles at least two blocks")
     go_binary = go_plugin(args.go_plugin)

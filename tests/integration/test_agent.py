@@ -13,7 +13,9 @@ only assignable one. The pods are the demo's (deploy/demo/pods-2cpu.yaml), each 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -135,16 +137,26 @@ def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]
     return fast_path, containers, before
 
 
-def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
-                                                               plugin: PluginProcess) -> None:
-    fast_path, containers, before = web_and_fast_path(cri)
-
-    plugin.kill()
+@contextlib.contextmanager
+def restarted_moving_nothing(containerd: Containerd, plugin: PluginProcess) -> Iterator[PluginProcess]:
+    """A plugin started again on the killed one's state directory, once its Synchronize of web and
+    fast-path moved nothing; stopped at the end."""
     restarted = PluginProcess(containerd.nri_socket, state_dir=plugin.state_dir)
     try:
         restarted.wait_registered()
         synchronized = restarted.wait_for_line("synchronized 2 pods, 2 containers;", LOG_TIMEOUT_S)
         assert "; 0 updates" in synchronized, synchronized
+        yield restarted
+    finally:
+        restarted.stop()
+
+
+def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Containerd, cri: CRI,
+                                                               plugin: PluginProcess) -> None:
+    fast_path, containers, before = web_and_fast_path(cri)
+
+    plugin.kill()
+    with restarted_moving_nothing(containerd, plugin) as restarted:
         restarted.wait_for_line("restored 1 pods from the checkpoint, released 0", LOG_TIMEOUT_S)
         for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
             checkpoint = decode((plugin.state_dir / name).read_bytes())
@@ -161,9 +173,38 @@ def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Conta
         assert applied(cri, containers["main-app"]) == before["main-app"]
         late = start_pod(cri, demo_pod("web"), with_shape=False)
         assert applied(cri, late.containers["server"]).cpus == RESERVED
-    finally:
-        restarted.stop()
 
+
+def test_a_restart_from_the_previous_checkpoint_generation_takes_the_newer_pod_back_where_it_runs(
+        containerd: Containerd, cri: CRI, plugin: PluginProcess) -> None:
+    """What a power loss may leave: the files of the generation before the newest decision (the files are
+    synced to the disk only once writes pause). The restarted plugin must not trust them blindly or lose
+    the pod they miss: fast-path, admitted after that generation, is taken back onto the CPU it runs on,
+    nothing moves, and the new checkpoint holds its bubble."""
+    web = start_pod(cri, demo_pod("web"), with_shape=False)
+    wait_applied(cri, web.containers["server"], ALL)
+    previous = {name: (plugin.state_dir / name).read_bytes() for name in (CPU_STATE_FILE, MEMORY_STATE_FILE)}
+    older = decode(previous[CPU_STATE_FILE]).content
+    assert isinstance(older, CPUCheckpoint) and not older.pod_entries
+    fast_path = demo_pod("fast-path")
+    fast = start_pod(cri, fast_path)
+    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
+    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
+              for name, cid in containers.items()}
+
+    plugin.kill()
+    for name, data in previous.items():
+        (plugin.state_dir / name).write_bytes(data)
+    with restarted_moving_nothing(containerd, plugin) as restarted:
+        restarted.wait_for_line("took back 1 pods the checkpoint did not hold", LOG_TIMEOUT_S)
+        assert {name: applied(cri, cid) for name, cid in containers.items()} == before
+        cpu = decode((plugin.state_dir / CPU_STATE_FILE).read_bytes())
+        assert cpu.valid and isinstance(cpu.content, CPUCheckpoint)
+        assert (str(cpu.content.default), {uid: str(c) for uid, c in cpu.content.pod_entries.items()}) == (
+            RESERVED, {fast_path.uid: ASSIGNABLE})
+        with pytest.raises(CRIError) as refused:
+            start_pod(cri, demo_pod("fast-path"))
+        assert "TopologyAffinityError" in refused.value.details
 
 
 def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugin: PluginProcess) -> None:

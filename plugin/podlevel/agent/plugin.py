@@ -408,6 +408,9 @@ class PodLevelPlugin(Handler):
         if resync.restored or resync.released:
             log.info("restored {restored} pods from the checkpoint, released {released} it held that are "
                      "gone", restored=resync.restored, released=resync.released)
+        if resync.readopted:
+            log.info("took back {readopted} pods the checkpoint did not hold, onto the CPUs they run on",
+                     readopted=resync.readopted)
         log.info("synchronized {pods} pods, {containers} containers; {updates} updates", pods=len(pods),
                  containers=len(current), updates=len(changed))
         self._commit(force=True)

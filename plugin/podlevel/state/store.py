@@ -1,11 +1,11 @@
 """The state directory: `cpu_manager_state` and `memory_manager_state`, written atomically, loaded safely.
 
-Writing is all-or-nothing per file: the new bytes go to a temporary file in the same directory, which is
-renamed over the old file, so a process killed at any moment leaves either the old or the new file, never a
-torn one, and a failed write leaves the old file as it was. Both files of one decision are written by one
-`StateDir.write` call: temporary files first, renames last. Making them survive a power loss (file data
-fsynced, then the directory) is `StateDir.sync`, which the checkpoint writer runs off the event path;
-`atomic_write`, for one-off rewrites, does both at once.
+Writing is all-or-nothing per file: the new bytes go to a temporary file in the same directory, which takes
+the old file's name in one step (`_exchange`, else a rename over it), so a process killed at any moment
+leaves either the old or the new file, never a torn one, and a failed write leaves the old file as it was.
+Both files of one decision are written by one `StateDir.write` call: temporary files first, swaps last.
+Making them survive a power loss (file data fsynced, then the directory) is `StateDir.sync`, which the
+checkpoint writer runs off the event path; `atomic_write`, for one-off rewrites, does both at once.
 
 Loading never raises for a bad file: a corrupt one (empty, truncated, not JSON, a bad checksum, an unknown
 future layout, a directory or other non-file in its place) is moved aside as `<name>.corrupt-<UTC time>`
@@ -15,6 +15,8 @@ is rewritten in the newest one after it loaded. Only an unusable state directory
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import stat
@@ -104,12 +106,37 @@ def _stage(path: Path, data: bytes, writer: Writer, *, durable: bool = True) -> 
 def _commit(staged: list[tuple[Path, Path]], directory: Path, *, durable: bool = True) -> None:
     try:
         for temporary, path in staged:
-            os.replace(temporary, path)
+            if durable or not _exchange(temporary, path):
+                os.replace(temporary, path)
     finally:
         for temporary, _ in staged:
             temporary.unlink(missing_ok=True)
     if durable:
         _fsync(directory, os.O_DIRECTORY)
+
+
+_RENAME_EXCHANGE: Final = 2
+_AT_FDCWD: Final = -100
+
+
+def _exchange(temporary: Path, path: Path) -> bool:
+    """Swap `temporary` and `path` atomically (`renameat2` with RENAME_EXCHANGE); False where that was not
+    done (no such file yet, a file system or libc without it), for the caller to rename over instead.
+
+    A rename over an existing file makes ext4 allocate and start writing the new file's blocks first (its
+    replace-via-rename heuristic, ~0.1 ms per file), which only guards against a power loss before the
+    sync; an exchange does not, and `sync` gives that guarantee anyway. The old bytes end up under the
+    temporary name, which the caller removes.
+    """
+    renameat2 = _renameat2()
+    return renameat2 is not None and renameat2(
+        _AT_FDCWD, os.fsencode(temporary), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    function: Callable[..., int] | None = getattr(ctypes.CDLL(None), "renameat2", None)
+    return function
 
 
 def _fsync(path: Path, flags: int = 0) -> None:

@@ -6,7 +6,7 @@ plugin killed at any moment restarts from a state at least as new as what the ru
 admission is decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls
 images in between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do
 (CreateContainer, UpdateContainer, StopContainer, Synchronize) call `wait` first. The write (encoding, a
-temporary file, a rename over the old one) runs here, and `wait` returns once the files are replaced. They
+temporary file swapped in for the old one) runs here, and `wait` returns once the files are replaced. They
 are synced to the disk (file data, then the directory) on another thread once writes pause for
 `SYNC_AFTER_QUIET_SECONDS`: the page cache already survives the process, and what a power loss could undo
 matters to no one, since every container is gone after it too (a stale checkpoint is reconciled by the

@@ -13,6 +13,7 @@ import pytest
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.memory_policy import MemoryTable, NUMANodeState
+from podlevel.state import store
 from podlevel.state.formats import CPUCheckpoint, LegacyCPUCheckpoint, MemoryCheckpoint, decode, encode
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, StateDir, StateDirError, atomic_write
 
@@ -228,3 +229,45 @@ def test_after_a_failed_write_both_files_are_written_again(tmp_path: Path) -> No
     state.write(CPU, MEMORY)
     assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == CPU
     assert decode((tmp_path / MEMORY_STATE_FILE).read_bytes()).content == MEMORY
+
+
+def test_a_write_swaps_the_new_file_in_and_removes_the_old_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replacement is an exchange of names where there is a file to exchange with and the file system
+    has it (tmp_path is on one that does, the local disk or a tmpfs): the old inode leaves the directory
+    entirely, no temporary file remains, and a reader holding the old file open still reads the old bytes
+    whole."""
+    renameat2 = store._renameat2()
+    assert renameat2 is not None, "glibc has renameat2 since 2.28"
+    results: list[int] = []
+
+    def recorded(*args: object) -> int:
+        results.append(renameat2(*args))
+        return results[-1]
+
+    monkeypatch.setattr(store, "_renameat2", lambda: recorded)
+    state = _state_dir(tmp_path)
+    state.write(CPU, MEMORY)
+    assert results == [-1, -1]  # nothing to exchange with yet: renamed
+    held = (tmp_path / CPU_STATE_FILE).open("rb")
+    with held:
+        old = os.fstat(held.fileno())
+        moved = CPUCheckpoint("static", CPUSet.parse("0-15"))
+        assert state.write(moved, MEMORY) is True
+        assert results[2:] == [0]  # the CPU file exchanged; the memory file unchanged
+        assert os.fstat(held.fileno()).st_nlink == 0
+        assert decode(held.read()).content == CPU
+    assert (tmp_path / CPU_STATE_FILE).stat().st_ino != old.st_ino
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CPU_STATE_FILE, MEMORY_STATE_FILE]
+    assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == moved
+
+
+def test_without_an_exchange_the_file_is_renamed_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "_renameat2", lambda: None)
+    state = _state_dir(tmp_path)
+    state.write(CPU, MEMORY)
+    moved = CPUCheckpoint("static", CPUSet.parse("0-15"))
+    state.write(moved, MEMORY)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CPU_STATE_FILE, MEMORY_STATE_FILE]
+    assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == moved
