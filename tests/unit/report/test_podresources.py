@@ -128,6 +128,22 @@ def test_pool_only_pod_lists_sidecars_and_apps_but_not_init_containers(pod_scope
     assert len(staged.cpu_ids) == 3
 
 
+def test_a_fractional_guaranteed_container_in_a_bubble_reports_its_memory_but_no_cpus() -> None:
+    """The kubelet decides the two isolation levels apart (1.37 `GetResourceIsolationLevel` of each
+    manager): memory is the container's own when it is Guaranteed-equivalent, CPUs only when the CPU request
+    is also an integer. A 1500m Guaranteed container runs in the pod shared pool with its own memory."""
+    placement = Placement(new_engine())
+    half = pod("half", app("steady", guaranteed(1500, 128 * MI)), app("rest"),
+               budget=guaranteed(2000, 512 * MI), uid="uid-half")
+    start(placement, sandbox_of(half), "steady", "rest")
+    listed = by_name(snapshot_of(placement))["half"]
+
+    [node] = placement.engine.topology.numa_nodes_of(CPUSet(listed.cpu_ids))
+    assert memory(listed.memory) == [("memory", 512 * MI, [node])]
+    assert containers(listed) == {"steady": ("", [("memory", 128 * MI, [node])]), "rest": ("", [])}
+    assert shared_pool(listed) == CPUSet(listed.cpu_ids)
+
+
 def test_classic_guaranteed_pod_reports_its_container_cpus_only(pod_scope: Placement) -> None:
     solo = pod_scope.applied["classic-solo"]
     listed = by_name(snapshot_of(pod_scope))["classic"]
