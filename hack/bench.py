@@ -312,7 +312,7 @@ def plugin_process(state_dir: str, spec: str, cgroup_root: str | None = None) ->
     stub = Stub.from_environment(handler, observer=metrics)
     # Every endpoint `run` serves, probes, metrics and the operator views, on two free loopback ports.
     addresses = argparse.Namespace(metrics_address="127.0.0.1:0", debug_address="localhost:0")
-    servers = report_servers(addresses, stub, metrics, handler)
+    servers = report_servers(addresses, stub, metrics, handler, contextlib.ExitStack())
     podresources = podresources_socket(Path(state_dir) / "report" / "pod-resources.sock",
                                        lambda: handler.snapshot)
     for server in servers:

@@ -190,26 +190,33 @@ def run(args: argparse.Namespace) -> int:
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if missing := list(mount_problems(args, launched=launched)):
         return wait_unready(args, "; ".join(missing))
+    # What start-up binds or starts is undone when a later step fails: a bad setting exits 2 with no port
+    # held and no socket file left, and the ports are bound only once the PodResources socket was made.
     try:
-        topology = read_topology(args.sysfs_root)
-        engine = Engine(topology, engine_config(args, topology))
-        state = StateDir(Path(args.state_dir))
-        # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
-        metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
-        observer = metrics or Observer()
-        handler = PodLevelPlugin(
-            Placement(engine, recorded=restored_cpus(state, engine)),
-            state=state,
-            pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
-            observer=observer,
-        )
-        if launched:
-            stub = Stub.from_environment(handler, observer=metrics)
-            check_launched_socket(stub.socket_fd)
-        else:
-            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
-        servers = report_servers(args, stub, metrics, handler)
-        podresources = podresources_server(args, handler) if args.podresources_socket else None
+        with contextlib.ExitStack() as undo:
+            topology = read_topology(args.sysfs_root)
+            engine = Engine(topology, engine_config(args, topology))
+            state = StateDir(Path(args.state_dir))
+            # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
+            metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
+            observer = metrics or Observer()
+            handler = PodLevelPlugin(
+                Placement(engine, recorded=restored_cpus(state, engine)),
+                state=state,
+                pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
+                observer=observer,
+            )
+            undo.callback(handler.close)
+            if launched:
+                stub = Stub.from_environment(handler, observer=metrics)
+                check_launched_socket(stub.socket_fd)
+            else:
+                stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
+            podresources = podresources_server(args, handler) if args.podresources_socket else None
+            if podresources is not None:
+                undo.callback(podresources.stop)
+            servers = report_servers(args, stub, metrics, handler, undo)
+            undo.pop_all()
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
@@ -306,10 +313,10 @@ def plugin_metrics(snapshot: Callable[[], NodeSnapshot]) -> PluginMetrics:
 
 
 def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics | None,
-                   plugin: PodLevelPlugin) -> list[Server]:
+                   plugin: PodLevelPlugin, undo: contextlib.ExitStack) -> list[Server]:
     """The HTTP endpoints: the probes (ready while registered and synchronized) and `/metrics` on
     `--metrics-address`, the operator views (`report.views`) on `--debug-address`; one server when both
-    name the same address."""
+    name the same address. Each bound server's stop goes on `undo`, for a failure after it."""
     from podlevel.httpd import Route, Server
     from podlevel.report.metrics import metrics_route
     from podlevel.report.probes import probes
@@ -321,9 +328,19 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
         public["/metrics"] = metrics_route(metrics)
     debug = views(lambda: plugin.snapshot) if args.debug_address else {}
     if args.debug_address == args.metrics_address:
-        return [Server(args.debug_address, {**public, **debug}, name="report")] if args.debug_address else []
-    return [Server(address, routes, name="report") for address, routes in
-            ((args.metrics_address, public), (args.debug_address, debug)) if address]
+        endpoints = [("--metrics-address and --debug-address", args.debug_address, {**public, **debug})]
+    else:
+        endpoints = [("--metrics-address", args.metrics_address, public),
+                     ("--debug-address", args.debug_address, debug)]
+    servers = []
+    for flag, address, routes in endpoints:
+        if address:
+            try:
+                servers.append(Server(address, routes, name="report"))
+            except OSError as err:
+                raise InputError(flag, f"cannot listen on {address}: {err.strerror or err}") from None
+            undo.callback(servers[-1].stop)
+    return servers
 
 
 def start_serving(server: Server) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -171,6 +172,34 @@ def test_bad_podresources_socket_exits_2(tmp_path: Path, flags: list[str], messa
     assert f"bad configuration: {message.replace('{tmp}', str(tmp_path))}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "pr.sock").exists()
+
+
+@pytest.mark.parametrize(
+    ("podresources", "message"),
+    [("{tmp}/pr.sock", "--debug-address: cannot listen on 127.0.0.1:{port}: Address already in use"),
+     ("/var/lib/kubelet/pod-resources/kubelet.sock", "--podresources-socket: /var/lib/kubelet/")],
+    ids=["port-taken-after-the-socket", "bad-socket-before-any-port"],
+)
+def test_start_up_checks_the_socket_before_binding_ports_and_undoes_what_it_made(
+        tmp_path: Path, podresources: str, message: str) -> None:
+    """The PodResources socket is made before any port is bound (a bad one is the error, not a port some
+    other process holds), and a port that cannot be bound undoes the socket: exit 2, nothing left behind."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "podlevel.cli.main", "run", "--nri-socket", str(tmp_path / "absent.sock"),
+             "--state-dir", str(tmp_path / "state"), "--metrics-address", "127.0.0.1:0",
+             "--debug-address", f"127.0.0.1:{port}",
+             "--podresources-socket", podresources.replace("{tmp}", str(tmp_path))],
+            capture_output=True, text=True, timeout=30, check=False, env={"PATH": "/usr/bin:/bin"},
+        )
+    assert result.returncode == 2, result.stderr
+    expected = message.replace("{port}", str(port))
+    assert f"bad configuration: {expected}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state"]
 
 
 @pytest.mark.parametrize(("inherited", "kept"), [(0o000, 0o022), (0o002, 0o022), (0o077, 0o077)])
