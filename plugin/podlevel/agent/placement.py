@@ -53,11 +53,10 @@ from podlevel.agent.records import (
 )
 from podlevel.agent.resync import Confinement, Resync, ResyncCount, held_cpus, recorded_cpus
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
-from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
-from podlevel.engine.manager import AdmissionPath, Assignment, Engine, NodeState, PodDecision
+from podlevel.engine.manager import AdmissionPath, Assignment, Checkpointed, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources
@@ -134,11 +133,11 @@ class Placement:
     or attached after they were tracked, as a pod a Synchronize could not admit is once there is room).
     """
 
-    def __init__(self, engine: Engine, recorded: CPUState | None = None) -> None:
+    def __init__(self, engine: Engine, recorded: Checkpointed | None = None) -> None:
         self.engine = engine
         self.state: NodeState = engine.initial_state()
         self._recorded = recorded
-        """The CPU checkpoint a restarted plugin found, used by the first Synchronize only."""
+        """The checkpoints a restarted plugin found, used by the first Synchronize only."""
         self.resync = Resync()
         self._containers: dict[str, _Tracked] = {}
         self._by_sandbox: dict[str, dict[str, None]] = {}
@@ -287,11 +286,11 @@ class Placement:
         self._records[sandbox.id] = record.checking(record.checked | {name})
 
     def _admit(
-        self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
+        self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: Checkpointed | None = None
     ) -> PodDecision:
         """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
         if recorded is not None:
-            self.decisions.record(self.state, pod, recorded_cpus(recorded, pod.uid))
+            self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid))
             self.state, decision = self.engine.restore(self.state, pod, recorded)
         else:
             self.decisions.record(self.state, pod, within)
@@ -389,6 +388,7 @@ class Placement:
                 observed[seen.container_id] = seen
                 by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
         recorded, self._recorded = self._recorded, None
+        recorded_cpu = recorded.cpu if recorded is not None else None
         refused: dict[str, str] = {}
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         shapes = self._shapes
@@ -403,10 +403,10 @@ class Placement:
             if pod is not None and pod.uid in self._pods:
                 self._attach(by_id[sandbox_id], pod.uid)
             elif pod is not None:
-                held = recorded_cpus(recorded, pod.uid) if recorded is not None else None
+                held = recorded_cpus(recorded_cpu, pod.uid) if recorded_cpu is not None else None
                 pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
                 waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
-        resync = ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
+        resync = ResyncCount(recorded_cpu, {pod.uid for _, pod, _ in waiting})
         # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
         # not take the CPUs another pod, listed later, still runs on.
         errors: dict[str, str] = {}

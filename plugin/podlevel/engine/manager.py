@@ -140,6 +140,15 @@ class NumaFree:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """What a restarted plugin's checkpoints recorded, to take its running pods back onto."""
+
+    cpu: CPUState
+    memory: MemoryState | None = None
+    """None when the memory checkpoint was missing or unusable: pods get their memory by today's rules."""
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
     cpu: CPUState
     memory: MemoryState
@@ -226,7 +235,7 @@ class Engine:
         )
         return new, self.decision(new, pod.uid)
 
-    def restore(self, state: NodeState, pod: Pod, recorded: CPUState) -> tuple[NodeState, PodDecision]:
+    def restore(self, state: NodeState, pod: Pod, recorded: Checkpointed) -> tuple[NodeState, PodDecision]:
         """Take a pod back onto the CPUs a checkpoint recorded for it: its bubble, CPUs no container runs on
         included, and each container's exclusive CPUs exactly.
 
@@ -236,8 +245,8 @@ class Engine:
         sizes for the same containers), the recorded slices are kept as they were; otherwise the rules' own
         choice inside the recorded CPUs stands.
         """
-        bubble = recorded.pod_entries.get(pod.uid)
-        slices = recorded.entries.get(pod.uid, {})
+        bubble = recorded.cpu.pod_entries.get(pod.uid)
+        slices = recorded.cpu.entries.get(pod.uid, {})
         held = bubble if bubble is not None else CPUSet.union_of(slices.values())
         new, _ = self.admit(state, pod, within=held)
         if pod.uid not in state.pods:

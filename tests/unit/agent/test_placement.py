@@ -15,7 +15,7 @@ from podlevel.agent.resync import Resync
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import Assignment
+from podlevel.engine.manager import Assignment, Checkpointed
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
@@ -682,11 +682,16 @@ def running_pods() -> tuple[Placement, list[Sandbox], list[Observed]]:
     return live, [sandbox_of(p) for p in pods], rows
 
 
+def checkpoints(live: Placement) -> Checkpointed:
+    """What the checkpoints of a running plugin record."""
+    return Checkpointed(live.state.cpu, live.state.memory)
+
+
 def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> None:
     """Listed in reverse and with no cpusets from the runtime, every pod comes back to its recorded CPUs,
     bubble CPUs no container runs on included."""
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=live.state.cpu)
+    restarted = Placement(new_engine(), recorded=checkpoints(live))
 
     updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
 
@@ -710,7 +715,7 @@ def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> Non
     swapped = {"app": now["log"], "log": now["app"]}
     recorded = replace(live.state.cpu, entries={**live.state.cpu.entries, "uid-second": swapped})
 
-    restarted = Placement(new_engine(), recorded=recorded)
+    restarted = Placement(new_engine(), recorded=Checkpointed(recorded, live.state.memory))
     restarted.synchronize(sandboxes, rows)
 
     assert restarted.state.cpu.entries["uid-second"] == swapped != now
@@ -720,7 +725,7 @@ def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> Non
 
 def test_restart_releases_what_the_checkpoint_holds_for_pods_that_are_gone() -> None:
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=live.state.cpu)
+    restarted = Placement(new_engine(), recorded=checkpoints(live))
 
     restarted.synchronize(sandboxes[1:], [r for r in rows if r.sandbox_id != "sb-first"])
 
@@ -733,7 +738,7 @@ def test_restart_under_new_settings_moves_only_what_no_longer_fits_and_says_why(
     """CPUs 2 and 10 became reserved: the pod whose bubble holds them is re-placed, the others stay exactly
     where they were, and the move is reported with the rule that refused the old place."""
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=live.state.cpu)
+    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=checkpoints(live))
 
     _, refused = restarted.synchronize(sandboxes, rows)
 
@@ -799,7 +804,7 @@ def test_a_restart_after_a_resize_is_not_checked_again() -> None:
 
 def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> None:
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(cpu_policy="none"), recorded=live.state.cpu)
+    restarted = Placement(new_engine(cpu_policy="none"), recorded=checkpoints(live))
 
     _, refused = restarted.synchronize(sandboxes, rows)
 
