@@ -20,10 +20,12 @@ Rules:
   managed pod that its shape does not list (ephemeral and debug containers are never in the partition).
 - Container restarts keep the pod's allocations (the kubelet releases only when the pod terminates).
 - Synchronize reconciles: pods already admitted keep their allocations, pods gone are released, new ones
-  are admitted. A restarted plugin takes each running pod back where it was: onto the CPUs its checkpoint
-  recorded (`recorded`, the bubble included, each exclusive container on exactly its CPUs), or without a
-  checkpoint record onto the CPUs the runtime shows its containers on; when the pod no longer fits there
-  under the current settings, on those CPUs' NUMA nodes, then anywhere, and the move is reported.
+  are admitted. A restarted plugin takes each running pod back where it was: onto the CPUs and memory its
+  checkpoints recorded (`recorded`, the bubble included, each exclusive container on exactly its CPUs, its
+  memory blocks as they were), or without a checkpoint record onto the CPUs the runtime shows its containers
+  on; when its memory no longer fits there under the current settings, onto its CPUs with memory where
+  today's rules put it; when its CPUs no longer fit, on those CPUs' NUMA nodes, then anywhere; and each move
+  is reported.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
@@ -286,12 +288,22 @@ class Placement:
         self._records[sandbox.id] = record.checking(record.checked | {name})
 
     def _admit(
-        self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: Checkpointed | None = None
+        self,
+        sandbox: Sandbox,
+        pod: Pod,
+        within: CPUSet | None = None,
+        recorded: Checkpointed | None = None,
+        *,
+        whole: bool = False,
     ) -> PodDecision:
-        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
+        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`:
+        when `whole`, only with its recorded memory too (else _MemoryMoves, and nothing changes)."""
         if recorded is not None:
+            restored = self.engine.restore(self.state, pod, recorded)
+            if whole and restored.memory_moved is not None:
+                raise _MemoryMoves(restored.memory_moved)
             self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid))
-            self.state, decision = self.engine.restore(self.state, pod, recorded)
+            self.state, decision = restored.state, restored.decision
         else:
             self.decisions.record(self.state, pod, within)
             self.state, decision = self.engine.admit(self.state, pod, within=within)
@@ -407,20 +419,22 @@ class Placement:
                 pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
                 waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
         resync = ResyncCount(recorded_cpu, {pod.uid for _, pod, _ in waiting})
-        # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
-        # not take the CPUs another pod, listed later, still runs on.
+        # Every pod first where its checkpoints recorded it, then where it runs (its memory re-placed), then
+        # on its NUMA nodes, then anywhere: a pod that had to move must not take the CPUs or memory another
+        # pod, listed later, still holds.
         errors: dict[str, str] = {}
         for confinement in Confinement:
             still: list[tuple[Sandbox, Pod, CPUSet | None]] = []
+            whole = confinement is Confinement.ITS_RECORD
             for sandbox, pod, held in waiting:
                 within = confinement.within(held, self.engine.topology)
-                if within is None and confinement is not Confinement.ANYWHERE:
+                restoring = confinement.restores and resync.has_record(pod.uid)
+                if (within is None and confinement is not Confinement.ANYWHERE) or (whole and not restoring):
                     still.append((sandbox, pod, held))
                     continue
-                restoring = confinement is Confinement.ITS_CPUS and resync.has_record(pod.uid)
                 try:
-                    self._admit(sandbox, pod, within, recorded if restoring else None)
-                except AdmissionError as err:
+                    self._admit(sandbox, pod, within, recorded if restoring else None, whole=whole)
+                except (AdmissionError, _MemoryMoves) as err:
                     errors.setdefault(sandbox.id, str(err))
                     still.append((sandbox, pod, held))
                     continue
@@ -590,6 +604,10 @@ class Placement:
 
 _ABSENT = object()
 """A table entry that was not there."""
+
+
+class _MemoryMoves(Exception):
+    """A pod taken back whole from its checkpoints cannot keep its recorded memory; the message says why."""
 
 
 class _Undo:
