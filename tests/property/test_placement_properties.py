@@ -2,7 +2,9 @@
 
 A restart is a new Placement that learns the node only from what the runtime shows (each container's
 cpuset, memory nodes and quota, listed in a random order) — the plugin has no checkpoint — and must end
-with the same allocations the live one had.
+with the same allocations the live one had. A restart from both checkpoints, with some pods stopped and a
+node's reserved memory grown, keeps every pod's recorded memory blocks unless it reports the pod moved,
+charges each block once, and comes out the same every time.
 
 When the node shared pool moves, the updates Placement hands out from its groups of pool-following
 containers must be exactly those a brute-force reference gives: every tracked container whose `desired`
@@ -22,12 +24,13 @@ from podlevel.agent.placement import Placed, Placement
 from podlevel.agent.records import Observed, Sandbox, Settings
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment
+from podlevel.engine.manager import Assignment, Checkpointed
+from podlevel.engine.memory_policy import StaticMemoryPolicy
 from podlevel.engine.pod import Pod
-from podlevel.engine.topology_manager import Scope
+from podlevel.engine.topology_manager import Scope, TopologyPolicyName
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
-from support.builders import MI, app, burstable, guaranteed, new_engine, pod, sidecar
+from support.builders import GI, MI, app, burstable, guaranteed, new_engine, pod, sidecar
 from support.fuzzing import fuzz_settings
 
 
@@ -319,3 +322,51 @@ def handed_out(result: object) -> dict[str, Settings] | None:
     if isinstance(result, tuple) and isinstance(result[0], dict):
         return result[0]
     return None
+
+
+@settings(deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_restart_from_both_checkpoints_keeps_the_memory_that_still_fits(data: st.DataObject) -> None:
+    scope = data.draw(st.sampled_from(list(Scope)))
+    policy = data.draw(st.sampled_from(list(TopologyPolicyName)))
+    live = Placement(new_engine(scope=scope, topology_policy=policy))
+    running: list[tuple[Sandbox, Pod]] = []
+    for step in range(data.draw(st.integers(1, 12))):
+        drawn = data.draw(pods(step))
+        if drawn is None:
+            continue
+        box = sandbox(step, drawn)
+        try:
+            for container in drawn.all_containers:
+                live.create(box, f"p{step}/{container.name}", container.name)
+        except AdmissionError:
+            continue
+        running.append((box, drawn))
+    stopped = data.draw(st.sets(st.sampled_from([box.id for box, _ in running]))) if running else set()
+    shown = [(box, shape) for box, shape in running if box.id not in stopped]
+    rows = [Observed(f"p{box.id[3:]}/{c.name}", box.id, c.name) for box, shape in shown
+            for c in shape.all_containers]
+    # The memory a node keeps free of reservation now: all of it (as before), or less than the pods held.
+    node, left = data.draw(st.sampled_from([0, 1])), data.draw(st.sampled_from([None, 768 * MI, 256 * MI]))
+    reserved = {0: {"memory": 100 * MI}}
+    if left is not None:
+        reserved[node] = {"memory": 16 * GI - left}
+    engine = new_engine(scope=scope, topology_policy=policy, reserved_memory=reserved)
+    recorded = Checkpointed(live.state.cpu, live.state.memory)
+
+    restarted = Placement(engine, recorded=recorded)
+    _, refused = restarted.synchronize([box for box, _ in shown], rows)
+
+    memory = restarted.state.memory
+    StaticMemoryPolicy(engine.topology, engine.config.reserved_memory).check_state(memory)
+    moved = dict(restarted.resync.moved)
+    for box, _ in shown:
+        if box.id not in moved and box.id not in dict(refused):
+            assert memory.entries.get(box.uid) == live.state.memory.entries.get(box.uid)
+            assert memory.pod_entries.get(box.uid) == live.state.memory.pod_entries.get(box.uid)
+    if left is None:
+        assert (moved, refused) == ({}, []), "under the same settings every pod keeps what it had"
+    again = Placement(engine, recorded=recorded)
+    again.synchronize([box for box, _ in shown], rows)
+    assert again.state == restarted.state and again.resync == restarted.resync
+    event(f"{len(shown)} pods shown, {len(moved)} moved, {len(refused)} refused")

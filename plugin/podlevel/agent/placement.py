@@ -20,10 +20,12 @@ Rules:
   managed pod that its shape does not list (ephemeral and debug containers are never in the partition).
 - Container restarts keep the pod's allocations (the kubelet releases only when the pod terminates).
 - Synchronize reconciles: pods already admitted keep their allocations, pods gone are released, new ones
-  are admitted. A restarted plugin takes each running pod back where it was: onto the CPUs its checkpoint
-  recorded (`recorded`, the bubble included, each exclusive container on exactly its CPUs), or without a
-  checkpoint record onto the CPUs the runtime shows its containers on; when the pod no longer fits there
-  under the current settings, on those CPUs' NUMA nodes, then anywhere, and the move is reported.
+  are admitted. A restarted plugin takes each running pod back where it was: onto the CPUs and memory its
+  checkpoints recorded (`recorded`, the bubble included, each exclusive container on exactly its CPUs, its
+  memory blocks as they were), or without a checkpoint record onto the CPUs the runtime shows its containers
+  on; when its memory no longer fits there under the current settings, onto its CPUs with memory where
+  today's rules put it; when its CPUs no longer fit, on those CPUs' NUMA nodes, then anywhere; and each move
+  is reported.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
@@ -53,11 +55,10 @@ from podlevel.agent.records import (
 )
 from podlevel.agent.resync import Confinement, Resync, ResyncCount, held_cpus, recorded_cpus
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
-from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
-from podlevel.engine.manager import AdmissionPath, Assignment, Engine, NodeState, PodDecision
+from podlevel.engine.manager import AdmissionPath, Assignment, Checkpointed, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources
@@ -134,11 +135,11 @@ class Placement:
     or attached after they were tracked, as a pod a Synchronize could not admit is once there is room).
     """
 
-    def __init__(self, engine: Engine, recorded: CPUState | None = None) -> None:
+    def __init__(self, engine: Engine, recorded: Checkpointed | None = None) -> None:
         self.engine = engine
         self.state: NodeState = engine.initial_state()
         self._recorded = recorded
-        """The CPU checkpoint a restarted plugin found, used by the first Synchronize only."""
+        """The checkpoints a restarted plugin found, used by the first Synchronize only."""
         self.resync = Resync()
         self._containers: dict[str, _Tracked] = {}
         self._by_sandbox: dict[str, dict[str, None]] = {}
@@ -287,12 +288,22 @@ class Placement:
         self._records[sandbox.id] = record.checking(record.checked | {name})
 
     def _admit(
-        self, sandbox: Sandbox, pod: Pod, within: CPUSet | None = None, recorded: CPUState | None = None
+        self,
+        sandbox: Sandbox,
+        pod: Pod,
+        within: CPUSet | None = None,
+        recorded: Checkpointed | None = None,
+        *,
+        whole: bool = False,
     ) -> PodDecision:
-        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`."""
+        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`:
+        when `whole`, only with its recorded memory too (else _MemoryMoves, and nothing changes)."""
         if recorded is not None:
-            self.decisions.record(self.state, pod, recorded_cpus(recorded, pod.uid))
-            self.state, decision = self.engine.restore(self.state, pod, recorded)
+            restored = self.engine.restore(self.state, pod, recorded)
+            if whole and restored.memory_moved is not None:
+                raise _MemoryMoves(restored.memory_moved)
+            self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid))
+            self.state, decision = restored.state, restored.decision
         else:
             self.decisions.record(self.state, pod, within)
             self.state, decision = self.engine.admit(self.state, pod, within=within)
@@ -389,6 +400,7 @@ class Placement:
                 observed[seen.container_id] = seen
                 by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
         recorded, self._recorded = self._recorded, None
+        recorded_cpu = recorded.cpu if recorded is not None else None
         refused: dict[str, str] = {}
         waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
         shapes = self._shapes
@@ -403,24 +415,26 @@ class Placement:
             if pod is not None and pod.uid in self._pods:
                 self._attach(by_id[sandbox_id], pod.uid)
             elif pod is not None:
-                held = recorded_cpus(recorded, pod.uid) if recorded is not None else None
+                held = recorded_cpus(recorded_cpu, pod.uid) if recorded_cpu is not None else None
                 pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
                 waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
-        resync = ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
-        # Every pod first where it runs, then on its NUMA nodes, then anywhere: a pod that had to move must
-        # not take the CPUs another pod, listed later, still runs on.
+        resync = ResyncCount(recorded_cpu, {pod.uid for _, pod, _ in waiting})
+        # Every pod first where its checkpoints recorded it, then where it runs (its memory re-placed), then
+        # on its NUMA nodes, then anywhere: a pod that had to move must not take the CPUs or memory another
+        # pod, listed later, still holds.
         errors: dict[str, str] = {}
         for confinement in Confinement:
             still: list[tuple[Sandbox, Pod, CPUSet | None]] = []
+            whole = confinement is Confinement.ITS_RECORD
             for sandbox, pod, held in waiting:
                 within = confinement.within(held, self.engine.topology)
-                if within is None and confinement is not Confinement.ANYWHERE:
+                restoring = confinement.restores and resync.has_record(pod.uid)
+                if (within is None and confinement is not Confinement.ANYWHERE) or (whole and not restoring):
                     still.append((sandbox, pod, held))
                     continue
-                restoring = confinement is Confinement.ITS_CPUS and resync.has_record(pod.uid)
                 try:
-                    self._admit(sandbox, pod, within, recorded if restoring else None)
-                except AdmissionError as err:
+                    self._admit(sandbox, pod, within, recorded if restoring else None, whole=whole)
+                except (AdmissionError, _MemoryMoves) as err:
                     errors.setdefault(sandbox.id, str(err))
                     still.append((sandbox, pod, held))
                     continue
@@ -590,6 +604,10 @@ class Placement:
 
 _ABSENT = object()
 """A table entry that was not there."""
+
+
+class _MemoryMoves(Exception):
+    """A pod taken back whole from its checkpoints cannot keep its recorded memory; the message says why."""
 
 
 class _Undo:

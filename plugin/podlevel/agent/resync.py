@@ -1,10 +1,12 @@
 """What a Synchronize does with the pods a restarted plugin finds running: where each may go back to, tried
 narrowest first, and the tally of what happened to them (`Resync`, logged and exported).
 
-A pod goes back onto the CPUs its checkpoint recorded (its bubble, else its containers' exclusive CPUs), or
-without a record onto the CPUs the runtime shows its containers on; when it no longer fits there under the
-current settings, onto those CPUs' NUMA nodes, then anywhere. Every pod is tried at one confinement before
-any is tried at the next, so a pod that had to move never takes CPUs another pod still runs on.
+A pod goes back onto the CPUs and memory its checkpoints recorded (its bubble, else its containers' exclusive
+CPUs; its memory blocks), or without a record onto the CPUs the runtime shows its containers on; when its
+recorded memory no longer fits under the current settings, onto its CPUs with memory where today's rules put
+it; when its CPUs no longer fit, onto those CPUs' NUMA nodes, then anywhere. Every pod is tried at one
+confinement before any is tried at the next, so a pod that had to move never takes CPUs or memory another
+pod still holds.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class Resync:
     """What the last Synchronize did with the pods a restarted plugin found running."""
 
     restored: int = 0
-    """Pods taken back exactly onto the CPUs their checkpoint recorded."""
+    """Pods taken back exactly onto the CPUs (and memory) their checkpoints recorded."""
     readopted: int = 0
     """Pods without a checkpoint record, taken back onto the CPUs the runtime showed them on."""
     released: int = 0
@@ -36,19 +38,26 @@ class Resync:
 
 
 class Confinement(Enum):
-    """Where a re-admitted pod may go, in the order they are tried."""
+    """Where a re-admitted pod may go, in the order they are tried. `ITS_RECORD` is for pods with a checkpoint
+    record only: its CPUs, and its memory where the record has it."""
 
+    ITS_RECORD = "its recorded CPUs and memory"
     ITS_CPUS = "its CPUs"
     ITS_NUMA_NODES = "its NUMA nodes"
     ANYWHERE = "anywhere"
+
+    @property
+    def restores(self) -> bool:
+        """A pod with a checkpoint record is taken back from it here (else it is admitted again)."""
+        return self in (Confinement.ITS_RECORD, Confinement.ITS_CPUS)
 
     def within(self, held: CPUSet | None, topology: Topology) -> CPUSet | None:
         """The CPUs a pod that holds `held` may be admitted on; None: anywhere."""
         if held is None or self is Confinement.ANYWHERE:
             return None
-        if self is Confinement.ITS_CPUS:
-            return held
-        return CPUSet.union_of(topology.cpus_by_numa[node] for node in topology.numa_nodes_of(held))
+        if self is Confinement.ITS_NUMA_NODES:
+            return CPUSet.union_of(topology.cpus_by_numa[node] for node in topology.numa_nodes_of(held))
+        return held
 
 
 def held_cpus(pod: Pod, rows: Iterable[Observed], *, pod_level: bool) -> CPUSet | None:

@@ -1,31 +1,42 @@
 """What a restarted agent takes back from its state directory before the runtime's Synchronize.
 
-CPUs come back from the CPU checkpoint as the kubelet's CPU manager restores them; Synchronize then moves
-only what no longer fits (`Placement.synchronize`). Reading the files is the store's job; this module
-decides what of them is worth restoring and says so in the log.
+CPUs and memory come back from the checkpoints as the kubelet's CPU and memory managers restore them;
+Synchronize then moves only what no longer fits (`Placement.synchronize`). Reading the files is the store's
+job; this module decides what of them is worth restoring and says so in the log.
 """
 
 from __future__ import annotations
 
 import logging
 
-from podlevel.engine.cpu_policy import CPUState
-from podlevel.engine.manager import Engine
-from podlevel.state.engine_state import recorded_cpus
+from podlevel.engine.manager import Checkpointed, Engine
+from podlevel.state.engine_state import recorded_cpus, recorded_memory
 from podlevel.state.store import StateDir
 
 log = logging.getLogger(__name__)
 
 
-def restored_cpus(state: StateDir, engine: Engine) -> CPUState | None:
-    """The CPU checkpoint a restarted plugin takes its pods back from; None without a usable one (the store
-    has logged why and moved a corrupt file aside; pods are then taken back from what the runtime shows)."""
-    loaded = state.load().cpu
-    if loaded.content is None:
-        log.info("no CPU checkpoint to restore from in %s: %s", state.path, loaded.reason)
+def restored_state(state: StateDir, engine: Engine) -> Checkpointed | None:
+    """The checkpoints a restarted plugin takes its pods back from; None without a usable CPU checkpoint (the
+    store has logged why and moved a corrupt file aside; pods are then taken back from what the runtime
+    shows). Without a usable memory checkpoint the CPUs are restored all the same, and each pod's memory is
+    placed by today's rules."""
+    loaded = state.load()
+    cpu, memory = loaded.cpu.content, loaded.memory.content
+    if cpu is None:
+        log.info("no CPU checkpoint to restore from in %s: %s", state.path, loaded.cpu.reason)
         return None
-    if loaded.content.policy_name != engine.config.cpu_policy:
-        log.warning("the checkpoint was written under CPU policy %r, now %r: each pod keeps its CPUs only "
-                    "where they are valid under the new settings", loaded.content.policy_name,
-                    engine.config.cpu_policy)
-    return recorded_cpus(loaded.content)
+    config = engine.config
+    _warn_policy_change("CPU", cpu.policy_name, config.cpu_policy, "its CPUs only where they are")
+    if memory is None:
+        log.info("no memory checkpoint to restore from in %s: %s; each pod's memory is placed by today's "
+                 "rules", state.path, loaded.memory.reason)
+        return Checkpointed(recorded_cpus(cpu))
+    _warn_policy_change("memory", memory.policy_name, config.memory_policy, "its memory only where it is")
+    return Checkpointed(recorded_cpus(cpu), recorded_memory(memory))
+
+
+def _warn_policy_change(manager: str, recorded: str, now: str, keeps: str) -> None:
+    if recorded != now:
+        log.warning("the checkpoint was written under %s policy %r, now %r: each pod keeps %s valid under "
+                    "the new settings", manager, recorded, now, keeps)

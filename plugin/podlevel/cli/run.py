@@ -28,7 +28,7 @@ from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
-from podlevel.agent.startup import restored_cpus
+from podlevel.agent.startup import restored_state
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.config_file import NO_FILE, read_config
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
             observer = metrics or Observer()
             handler = PodLevelPlugin(
-                Placement(engine, recorded=restored_cpus(state, engine)),
+                Placement(engine, recorded=restored_state(state, engine)),
                 state=state,
                 pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
                 observer=observer,

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
-from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
+from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, TopologyAffinityError
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, container_requests
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
@@ -140,6 +140,25 @@ class NumaFree:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """What a restarted plugin's checkpoints recorded, to take its running pods back onto."""
+
+    cpu: CPUState
+    memory: MemoryState | None = None
+    """None when the memory checkpoint was missing or unusable: pods get their memory by today's rules."""
+
+
+class Restored(NamedTuple):
+    """A pod taken back from a checkpoint (`Engine.restore`)."""
+
+    state: NodeState
+    decision: PodDecision
+    memory_moved: str | None
+    """Why its recorded memory blocks were refused and today's rules placed its memory; None when they were
+    taken back, or none were recorded (nor are pinned now)."""
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
     cpu: CPUState
     memory: MemoryState
@@ -226,23 +245,47 @@ class Engine:
         )
         return new, self.decision(new, pod.uid)
 
-    def restore(self, state: NodeState, pod: Pod, recorded: CPUState) -> tuple[NodeState, PodDecision]:
+    def restore(self, state: NodeState, pod: Pod, recorded: Checkpointed) -> Restored:
         """Take a pod back onto the CPUs a checkpoint recorded for it: its bubble, CPUs no container runs on
-        included, and each container's exclusive CPUs exactly.
+        included, and each container's exclusive CPUs exactly; and onto its recorded memory blocks.
 
         The pod is admitted by today's rules confined to the recorded CPUs, so a record that no longer fits
         the settings (a CPU now reserved or gone, another policy) is refused with the rule it breaks, and the
         caller re-places the pod. When the rules give the same shape (the same bubble, slices of the same
         sizes for the same containers), the recorded slices are kept as they were; otherwise the rules' own
-        choice inside the recorded CPUs stands.
+        choice inside the recorded CPUs stands. Its recorded memory blocks are kept when they are valid under
+        today's settings and the topology manager admits them with its CPUs; otherwise today's rules place
+        its memory, and `memory_moved` says why.
         """
-        bubble = recorded.pod_entries.get(pod.uid)
-        slices = recorded.entries.get(pod.uid, {})
+        bubble = recorded.cpu.pod_entries.get(pod.uid)
+        slices = recorded.cpu.entries.get(pod.uid, {})
         held = bubble if bubble is not None else CPUSet.union_of(slices.values())
         new, _ = self.admit(state, pod, within=held)
-        if pod.uid not in state.pods:
-            new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod.uid, bubble, slices))
-        return new, self.decision(new, pod.uid)
+        if pod.uid in state.pods:
+            return Restored(new, self.decision(new, pod.uid), None)
+        moved = None
+        if recorded.memory is not None:
+            new, moved = self._take_back_memory(state, new, pod, recorded.memory, held)
+        new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod.uid, bubble, slices))
+        return Restored(new, self.decision(new, pod.uid), moved)
+
+    def _take_back_memory(
+        self, state: NodeState, admitted: NodeState, pod: Pod, recorded: MemoryState, within: CPUSet
+    ) -> tuple[NodeState, str | None]:
+        """`admitted` (the pod admitted again on `state` by today's rules, its CPUs confined to `within`) with
+        its `recorded` memory blocks instead, when the memory policy takes them back (`take_back`) and the
+        topology manager admits them with the pod's CPUs, as the kubelet does with the hints it regenerates
+        from a restored pod's blocks; else `admitted`, and why not."""
+        memory, moved = self._memory.take_back(state.memory, admitted.memory, pod.uid, recorded)
+        if memory is admitted.memory:
+            return admitted, moved
+        try:
+            kept, _ = self.admit(replace(state, memory=memory), pod, within=within)
+        except AdmissionError as err:
+            policy = self.config.topology_policy.value
+            return admitted, (f"the topology alignment changed: the topology policy {policy} refuses its "
+                              f"CPUs with its recorded memory ({err.type})")
+        return kept, None
 
     def _admit_pod_level(
         self, state: NodeState, pod: Pod, trace: list[Alignment] | None

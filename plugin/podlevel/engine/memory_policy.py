@@ -84,6 +84,8 @@ class MemoryBlock:
 Entries = Mapping[str, Mapping[str, tuple[MemoryBlock, ...]]]
 PodEntries = Mapping[str, tuple[MemoryBlock, ...]]
 Reusable = Mapping[str, Mapping[int, Mapping[str, int]]]
+Owned = Mapping[str, tuple[MemoryBlock, ...]]
+"""A pod's blocks by owner: its containers by name; in messages, `its container <name>`, `its pod budget`."""
 _NO_ENTRIES: Final[Entries] = MappingProxyType({})
 _NO_POD_ENTRIES: Final[PodEntries] = MappingProxyType({})
 _NO_REUSABLE: Final[Reusable] = MappingProxyType({})
@@ -457,6 +459,66 @@ class StaticMemoryPolicy:
         nodes = {n for block in state.blocks(pod_uid, container_name) or () for n in block.numa_affinity}
         return tuple(sorted(nodes)) or None
 
+    def take_back(
+        self, state: MemoryState, admitted: MemoryState, pod_uid: str, recorded: MemoryState
+    ) -> tuple[MemoryState, str | None]:
+        """A restored pod's memory: the blocks a checkpoint `recorded` for it, charged onto `state` (the node
+        before the pod was admitted again) as admission charges, when this policy allows them; else `admitted`
+        itself (what today's rules gave the pod) and why not (None when nothing was recorded nor is pinned).
+
+        The recorded blocks stand when they are on NUMA nodes that have their resources, are the sizes today's
+        rules give (the same containers, resources and bytes), and fit the free memory after reserved memory
+        without mixing single-node and multi-node allocations on a node. Whether the topology manager aligns
+        them with the pod's CPUs is the engine's question (`Engine.restore`).
+        """
+        containers = recorded.entries.get(pod_uid, {})
+        pod_blocks = recorded.pod_entries.get(pod_uid)
+        had = _owned(containers, pod_blocks)
+        has = _owned(admitted.entries.get(pod_uid, {}), admitted.pod_entries.get(pod_uid))
+        if not had:
+            pinned = f"it had no recorded memory blocks; today's rules pin it to {_on(_flat(has))}"
+            return admitted, pinned if has else None
+        try:
+            self._check_blocks(state, had, has)
+            machine = self._recharged(state, _flat(had) if pod_blocks is None else pod_blocks)
+        except _Refused as refused:
+            return admitted, str(refused)
+        pod_entries: PodEntries = state.pod_entries
+        if pod_blocks is not None:
+            pod_entries = with_item(pod_entries, pod_uid, pod_blocks)
+        return MemoryState(machine, with_item(state.entries, pod_uid, containers), pod_entries), None
+
+    @staticmethod
+    def _check_blocks(state: MemoryState, had: Owned, has: Owned) -> None:
+        """Raise _Refused unless the recorded blocks (`had`) are on nodes that have their resources and are
+        the sizes of today's (`has`)."""
+        machine = state.machine
+        for block in _flat(had):
+            if any(n not in machine or block.type not in machine[n].memory_map for n in block.numa_affinity):
+                raise _Refused(f"its recorded {block.type} block is on {_on([block])}, where the machine has "
+                               f"no {block.type}")
+        for owner in sorted(had.keys() | has.keys()):
+            recorded, today = _sizes(had.get(owner, ())), _sizes(has.get(owner, ()))
+            if recorded != today:
+                raise _Refused(f"{owner} was recorded with {describe(recorded)} pinned, today's rules give "
+                               f"{describe(today)}")
+
+    def _recharged(self, state: MemoryState, blocks: Iterable[MemoryBlock]) -> dict[int, NUMANodeState]:
+        """`state`'s machine with `blocks` charged, or _Refused naming the rule the first that does not fit
+        breaks: free memory after reserved memory, or the node groups."""
+        machine = dict(state.machine)
+        for block in blocks:
+            mask, view = mask_of(block.numa_affinity), MemoryState(machine)
+            if self._violates_groups(view, mask) or self._inside_group(view, mask):
+                raise _Refused(f"its recorded memory on {_on([block])} would mix single-node and "
+                               "multi-node memory allocations on a node")
+            if not self._fits(view, mask, {block.type: block.size}):
+                free = sum(_table(machine[n], block.type).free for n in block.numa_affinity)
+                raise _Refused(f"not enough {block.type} free on {_on([block])} after reserved memory: "
+                               f"{format_bytes(free)} for its recorded {format_bytes(block.size)} block")
+            _charge(machine, block.numa_affinity, block.type, block.size)
+        return machine
+
     def check_state(self, state: MemoryState) -> None:
         """The kubelet's `validateState` for a restored state: recharging every recorded block on the
         initial machine must give the recorded machine (same totals, reservations, assignments and groups,
@@ -677,6 +739,35 @@ def _compare_node(n: int, actual: Mapping[int, NUMANodeState], expected: Mapping
                     f"NUMA nodes {list(group)} {name}: {quantity} is {recorded}, the recorded blocks give "
                     f"{recharged}",
                 )
+
+
+# -- restored pods -------------------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """Why a restored pod's recorded memory blocks cannot be taken back (`take_back`)."""
+
+
+def _owned(containers: Owned, pod_blocks: tuple[MemoryBlock, ...] | None) -> Owned:
+    owned = {f"its container {name}": blocks for name, blocks in containers.items()}
+    return owned if pod_blocks is None else {"its pod budget": pod_blocks, **owned}
+
+
+def _sizes(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for block in blocks:
+        sizes[block.type] = sizes.get(block.type, 0) + block.size
+    return sizes
+
+
+def _flat(owned: Owned) -> list[MemoryBlock]:
+    return [block for blocks in owned.values() for block in blocks]
+
+
+def _on(blocks: Iterable[MemoryBlock]) -> str:
+    """The NUMA nodes the blocks span, for messages."""
+    nodes = sorted({n for block in blocks for n in block.numa_affinity})
+    return f"NUMA node {nodes[0]}" if len(nodes) == 1 else f"NUMA nodes {nodes}"
 
 
 # -- machine and reservation ---------------------------------------------------------------------------------

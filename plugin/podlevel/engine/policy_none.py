@@ -1,8 +1,9 @@
 """The kubelet's `none` CPU policy and `None` memory policy, as null objects (its `policy_none.go`).
 
 They have the static policies' methods and do nothing in them: no hints, no reserved CPUs, no NUMA nodes;
-allocating and removing return the state they were given. The engine calls its two policies without asking
-whether one is switched off, and a pod allocates nothing from a manager that is.
+allocating and removing return the state they were given, and a restored pod's memory is not taken back.
+The engine calls its two policies without asking whether one is switched off, and a pod allocates nothing
+from a manager that is.
 """
 
 from __future__ import annotations
@@ -67,3 +68,11 @@ class NoneMemoryPolicy(NonePolicy[MemoryState]):
 
     def mems_of(self, state: MemoryState, pod_uid: str, container_name: str) -> tuple[int, ...] | None:
         return None
+
+    def take_back(
+        self, state: MemoryState, admitted: MemoryState, pod_uid: str, recorded: MemoryState
+    ) -> tuple[MemoryState, str | None]:
+        """Nothing is taken back; a pod whose memory was pinned is told why its blocks were freed."""
+        if pod_uid in recorded.entries or pod_uid in recorded.pod_entries:
+            return admitted, "memory is no longer managed (memory policy None); its recorded blocks are freed"
+        return admitted, None

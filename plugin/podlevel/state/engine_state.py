@@ -32,9 +32,12 @@ def recorded_cpus(checkpoint: CPUCheckpoint) -> CPUState:
     return CPUState(checkpoint.default, checkpoint.entries, checkpoint.pod_entries)
 
 
+def recorded_memory(checkpoint: MemoryCheckpoint) -> MemoryState:
+    """The memory state a checkpoint recorded (its init containers' reusable memory is not checkpointed)."""
+    return MemoryState(checkpoint.machine, checkpoint.entries, checkpoint.pod_entries)
+
+
 def node_state(cpu: CPUCheckpoint, memory: MemoryCheckpoint, pods: Mapping[str, Pod]) -> NodeState:
     """The engine state two checkpoints recorded, with the admitted pods (by uid) they hold: the inverse of
     `checkpoints_of`, for simulating on a node as it is."""
-    return NodeState(
-        recorded_cpus(cpu), MemoryState(memory.machine, memory.entries, memory.pod_entries), dict(pods)
-    )
+    return NodeState(recorded_cpus(cpu), recorded_memory(memory), dict(pods))

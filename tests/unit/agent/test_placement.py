@@ -15,8 +15,10 @@ from podlevel.agent.resync import Resync
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import Assignment
+from podlevel.engine.manager import Assignment, Checkpointed
+from podlevel.engine.memory_policy import StaticMemoryPolicy
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
+from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox
@@ -682,11 +684,16 @@ def running_pods() -> tuple[Placement, list[Sandbox], list[Observed]]:
     return live, [sandbox_of(p) for p in pods], rows
 
 
+def checkpoints(live: Placement) -> Checkpointed:
+    """What the checkpoints of a running plugin record."""
+    return Checkpointed(live.state.cpu, live.state.memory)
+
+
 def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> None:
     """Listed in reverse and with no cpusets from the runtime, every pod comes back to its recorded CPUs,
     bubble CPUs no container runs on included."""
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=live.state.cpu)
+    restarted = Placement(new_engine(), recorded=checkpoints(live))
 
     updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
 
@@ -710,7 +717,7 @@ def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> Non
     swapped = {"app": now["log"], "log": now["app"]}
     recorded = replace(live.state.cpu, entries={**live.state.cpu.entries, "uid-second": swapped})
 
-    restarted = Placement(new_engine(), recorded=recorded)
+    restarted = Placement(new_engine(), recorded=Checkpointed(recorded, live.state.memory))
     restarted.synchronize(sandboxes, rows)
 
     assert restarted.state.cpu.entries["uid-second"] == swapped != now
@@ -720,7 +727,7 @@ def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> Non
 
 def test_restart_releases_what_the_checkpoint_holds_for_pods_that_are_gone() -> None:
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=live.state.cpu)
+    restarted = Placement(new_engine(), recorded=checkpoints(live))
 
     restarted.synchronize(sandboxes[1:], [r for r in rows if r.sandbox_id != "sb-first"])
 
@@ -733,7 +740,7 @@ def test_restart_under_new_settings_moves_only_what_no_longer_fits_and_says_why(
     """CPUs 2 and 10 became reserved: the pod whose bubble holds them is re-placed, the others stay exactly
     where they were, and the move is reported with the rule that refused the old place."""
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=live.state.cpu)
+    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=checkpoints(live))
 
     _, refused = restarted.synchronize(sandboxes, rows)
 
@@ -799,7 +806,7 @@ def test_a_restart_after_a_resize_is_not_checked_again() -> None:
 
 def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> None:
     live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(cpu_policy="none"), recorded=live.state.cpu)
+    restarted = Placement(new_engine(cpu_policy="none"), recorded=checkpoints(live))
 
     _, refused = restarted.synchronize(sandboxes, rows)
 
@@ -811,6 +818,121 @@ def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> 
         cid: ("0-15", Assignment.NODE_SHARED, None)
         for cid in ("first-log", "first-app", "second-log", "second-app", "third-exclusive")
     }
+
+
+# -- a restarted plugin with a memory checkpoint ------------------------------------------------------------
+
+NO_ALIGNMENT = TopologyPolicyName.NONE
+FILLER = 16220 * MI
+"""Leaves 64Mi of node 0's memory free (16Gi, 100Mi of it reserved)."""
+
+
+def pushed_to_node_1() -> tuple[Placement, list[Sandbox], list[Observed]]:
+    """Under the topology policy none, a pod that fills node 0's memory, then a classic Guaranteed pod and a
+    pod-level one, whose memory it pushed to node 1. The runtime's rows (no cpusets) are the last two pods'
+    only: the first stopped while the plugin was down, so today's rules would put their memory on node 0."""
+    live = Placement(new_engine(topology_policy=NO_ALIGNMENT))
+    pods = [classic("solo"), fast_path("bubbled")]
+    for p in (make_pod("filler", app("app", guaranteed(1000, FILLER)), uid="uid-filler"), *pods):
+        start(live, p)
+    live.take_pending_updates()
+    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied
+            if not cid.startswith("filler-")]
+    return live, [sandbox_of(p) for p in pods], rows
+
+
+def check_memory(placement: Placement) -> None:
+    """The kubelet's check of a restored memory state: every block charged once, nothing else."""
+    engine = placement.engine
+    StaticMemoryPolicy(engine.topology, engine.config.reserved_memory).check_state(placement.state.memory)
+
+
+def test_restart_keeps_recorded_memory_on_a_node_todays_rules_would_not_choose() -> None:
+    live, sandboxes, rows = pushed_to_node_1()
+    restarted = Placement(new_engine(topology_policy=NO_ALIGNMENT), recorded=checkpoints(live))
+
+    restarted.synchronize(sandboxes, rows)
+
+    recorded = live.state.memory.entries["uid-solo"]
+    assert [b.numa_affinity for b in recorded["exclusive"]] == [(1,)]
+    assert restarted.state.memory.entries["uid-solo"] == recorded
+    assert restarted.applied["solo-exclusive"].mems == (1,)
+    assert restarted.state.cpu.entries["uid-solo"] == live.state.cpu.entries["uid-solo"]
+    assert restarted.resync == Resync(restored=2, released=1)
+    check_memory(restarted)
+
+
+def test_restart_keeps_a_pod_level_pods_recorded_pod_and_container_blocks() -> None:
+    live, sandboxes, rows = pushed_to_node_1()
+    restarted = Placement(new_engine(topology_policy=NO_ALIGNMENT), recorded=checkpoints(live))
+
+    restarted.synchronize(sandboxes, rows)
+
+    memory, recorded = restarted.state.memory, live.state.memory
+    assert [b.numa_affinity for b in recorded.pod_entries["uid-bubbled"]] == [(1,)]
+    assert memory.pod_entries["uid-bubbled"] == recorded.pod_entries["uid-bubbled"]
+    assert memory.entries["uid-bubbled"] == recorded.entries["uid-bubbled"]
+    assert {restarted.applied[cid].mems for cid in ("bubbled-app", "bubbled-log")} == {(1,)}
+    assert restarted.pod_cgroups["sb-bubbled"].mems == (1,)
+    assert restarted.state.cpu.pod_entries["uid-bubbled"] == live.state.cpu.pod_entries["uid-bubbled"]
+    assert restarted.resync == Resync(restored=2, released=1)
+    check_memory(restarted)
+
+
+def test_restart_with_more_memory_reserved_moves_only_the_memory_that_no_longer_fits_and_says_why() -> None:
+    """Node 1 now reserves all but 512Mi: the 128Mi pod keeps its blocks there, the 1Gi bubble's memory is
+    re-placed (on node 0) with its CPUs kept, and the move names the rule that refused the recorded blocks."""
+    live, sandboxes, rows = pushed_to_node_1()
+    reserved = {0: {"memory": 100 * MI}, 1: {"memory": 16 * GI - 512 * MI}}
+    engine = new_engine(topology_policy=NO_ALIGNMENT, reserved_memory=reserved)
+    restarted = Placement(engine, recorded=checkpoints(live))
+
+    _, refused = restarted.synchronize(sandboxes, rows)
+
+    assert refused == []
+    [(sandbox_id, reason)] = restarted.resync.moved
+    assert sandbox_id == "sb-bubbled"
+    assert "NUMA node 1" in reason and "after reserved memory" in reason
+    assert [b.numa_affinity for b in restarted.state.memory.pod_entries["uid-bubbled"]] == [(0,)]
+    assert restarted.state.cpu.pod_entries["uid-bubbled"] == live.state.cpu.pod_entries["uid-bubbled"]
+    assert restarted.state.memory.entries["uid-solo"] == live.state.memory.entries["uid-solo"]
+    assert restarted.resync.restored == 1
+    check_memory(restarted)
+
+
+def test_restart_under_a_topology_policy_moves_memory_its_alignment_puts_elsewhere() -> None:
+    """Recorded under the topology policy none, the classic pod's CPUs are on node 0 and its memory on node 1;
+    single-numa-node aligns them: its CPUs stay, its memory moves, and the move says why."""
+    live, sandboxes, rows = pushed_to_node_1()
+    slice_ = live.state.cpu.entries["uid-solo"]["exclusive"]
+    assert slice_.is_subset(new_engine().topology.cpus_by_numa[0])
+    restarted = Placement(new_engine(), recorded=checkpoints(live))
+
+    restarted.synchronize(sandboxes, rows)
+
+    reasons = dict(restarted.resync.moved)
+    assert "topology alignment" in reasons["sb-solo"]
+    assert [b.numa_affinity for b in restarted.state.memory.entries["uid-solo"]["exclusive"]] == [(0,)]
+    assert restarted.state.cpu.entries["uid-solo"]["exclusive"] == slice_
+    check_memory(restarted)
+
+
+def test_restart_under_the_memory_policy_none_restores_cpus_and_says_memory_is_no_longer_managed() -> None:
+    """As a pod that holds no exclusive CPUs under the current settings: its recorded memory is freed, and
+    the pod counts as moved."""
+    live, sandboxes, rows = running_pods()
+    restarted = Placement(new_engine(memory_policy="None"), recorded=checkpoints(live))
+
+    _, refused = restarted.synchronize(sandboxes, rows)
+
+    assert refused == []
+    assert restarted.state.cpu == live.state.cpu
+    assert not restarted.state.memory.entries and not restarted.state.memory.pod_entries
+    reasons = dict(restarted.resync.moved)
+    assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
+    assert all("memory is no longer managed" in why for why in reasons.values())
+    assert restarted.resync.restored == 0
+    assert {s.mems for s in restarted.applied.values()} == {BOTH_NODES}
 
 
 def test_a_recreated_sandbox_of_an_admitted_pod_keeps_its_pod_cgroup_wanted() -> None:

@@ -17,12 +17,13 @@ from podlevel.agent.records import Settings
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, NodeState, PodDecision
+from podlevel.engine.manager import Assignment, Checkpointed, NodeState, PodDecision
+from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
-from support.builders import MI, container, fast_path, new_engine, sandbox, v2_root
+from support.builders import GI, MI, container, fast_path, new_engine, sandbox, v2_root
 
 
 @pytest.fixture
@@ -166,6 +167,26 @@ def test_a_huge_name_does_not_make_a_huge_log_line(caplog: pytest.LogCaptureFixt
     assert refused.value.code is Code.INVALID_ARGUMENT and "DNS-1123 subdomain" in str(refused.value)
     assert len(str(refused.value)) < 1000
     assert caplog.records and all(len(r.getMessage()) < 1000 for r in caplog.records)
+
+
+def test_a_restart_logs_a_pod_whose_recorded_memory_no_longer_fits(caplog: pytest.LogCaptureFixture) -> None:
+    """Node 0 now reserves all but 512Mi: the bubble's 1Gi recorded there is re-placed, its CPUs kept."""
+    none = TopologyPolicyName.NONE
+    live = PodLevelPlugin(Placement(new_engine(topology_policy=none)))
+    fast = sandbox(fast_path())
+    running = [container(fast, "app"), container(fast, "log")]
+    for created in running:
+        live.create_container(fast, created)
+    state = live.placement.state
+    reserved = {0: {"memory": 16 * GI - 512 * MI}}
+    engine = new_engine(topology_policy=none, reserved_memory=reserved)
+    restarted = PodLevelPlugin(Placement(engine, recorded=Checkpointed(state.cpu, state.memory)))
+
+    restarted.synchronize([fast], running)
+
+    [line] = [r.getMessage() for r in caplog.records if "moved after resync" in r.getMessage()]
+    assert "sb-fast" in line and "NUMA node 0" in line and "after reserved memory" in line
+    assert restarted.placement.state.cpu.pod_entries == state.cpu.pod_entries
 
 
 # -- what is decided is on disk before it is applied ---------------------------------------------------------

@@ -15,8 +15,8 @@ TWO_NODES = from_spec("sockets=1,nodes-per-socket=2,cores-per-node=4,threads-per
 
 def test_confinements_are_tried_from_its_cpus_to_anywhere() -> None:
     held = CPUSet.parse("1-2")
-    assert [c.within(held, TWO_NODES) for c in Confinement] == [held, CPUSet.parse("0-3"), None]
-    assert [c.within(None, TWO_NODES) for c in Confinement] == [None, None, None]
+    assert [c.within(held, TWO_NODES) for c in Confinement] == [held, held, CPUSet.parse("0-3"), None]
+    assert [c.within(None, TWO_NODES) for c in Confinement] == [None, None, None, None]
 
 
 def test_held_cpus_count_every_container_of_a_pod_level_pod_and_only_exclusive_ones_otherwise() -> None:
