@@ -10,9 +10,8 @@ the agent's own log lines saying it wrote them.
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,9 +65,16 @@ def test_the_agent_container_writes_the_pod_cgroup_from_its_own_cgroup_namespace
     assert pod_cgroup.cpu_quota_us is None
     written = node.wait_logged(agent, f"pod cgroup {parent}: cpus={bubble} mems={home} quota=off")
     print(f"agent container log (guest, {guest.numa_nodes} NUMA nodes): {written}")
-    # `check` from the node's side (the operator views are on the pod's loopback: it reads the checkpoints).
-    # In this guest a CRI exec would not reach the container's root: the guest runs its root by chroot from
-    # the initramfs, which is where a joined mount namespace puts an exec'd process.
-    check = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "check", "--state-dir",
-                            str(node.state_dir)], capture_output=True, text=True, timeout=60, check=False)
-    assert check.returncode == 0, check.stdout + check.stderr
+    # The operator commands inside the agent's container, as on the host's test bed: the guest switches to
+    # its root as a node does, so a CRI exec reaches the container's root (its cgroup mount is /host/cgroup).
+    check = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "check", "--cgroup-root", "/host/cgroup",
+                                                    "--state-dir", "/var/lib/nri-podlevel"], timeout_s=60)
+    assert check.exit_code == 0, check.stdout + check.stderr
+    show = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "show", "--json", "--cgroup-root",
+                                                   "/host/cgroup", "--state-dir", "/var/lib/nri-podlevel"],
+                              timeout_s=60)
+    assert show.exit_code == 0, show.stderr
+    pods = json.loads(show.stdout)["pods"]
+    shown = {(p["name"], c["name"]): c["cgroup"] for p in pods for c in p["containers"]}
+    found = shown[(fast_pod.name, "main-app")]["found"]
+    assert (CPUSet.parse(found["cpus"]), found["drifted"]) == (app_cpus, [])
