@@ -106,12 +106,9 @@ def test_the_daemonset_pod_places_the_demo_pods(node: AgentNode, image: BuiltIma
     assert f"{EMPTY_POD_SHARED_POOL_ERROR}: " in refused.value.details
 
     # The operator commands inside the agent's container (its cgroup mount is /host/cgroup there).
-    check = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "check", "--cgroup-root", "/host/cgroup",
-                                                    "--state-dir", "/var/lib/nri-podlevel"], timeout_s=30)
+    check = node.operator(agent, "check")
     assert check.exit_code == 0, check.stdout + check.stderr
-    show = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "show", "--json", "--cgroup-root",
-                                                   "/host/cgroup", "--state-dir", "/var/lib/nri-podlevel"],
-                              timeout_s=30)
+    show = node.operator(agent, "show", "--json")
     assert show.exit_code == 0, show.stderr
     pods = json.loads(show.stdout)["pods"]
     shown = {(pod["name"], c["name"]): c for pod in pods for c in pod["containers"]}

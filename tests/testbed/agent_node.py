@@ -15,7 +15,7 @@ from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
 from testbed import cgroupfs, workload
 from testbed.agent_image import BuiltImage
 from testbed.containerd import Containerd
-from testbed.cri import CRI
+from testbed.cri import CRI, ExecResult
 from testbed.manifests import Manifest
 from testbed.wait import wait_until
 
@@ -69,6 +69,13 @@ class AgentNode:
         def found() -> str | None:
             return next((line for line in self.agent_log(agent) if text in line), None)
         return wait_until(found, LOG_TIMEOUT_S, f"agent log line {text!r}")
+
+    def operator(self, agent: workload.RunningPod, *command: str) -> ExecResult:
+        """`nri-podlevel COMMAND` run by CRI exec inside the agent's container, on its mounts (the node's
+        cgroups at /host/cgroup, the state directory at its node path), as an operator runs it with
+        `kubectl exec`."""
+        flags = ["--cgroup-root", "/host/cgroup", "--state-dir", "/var/lib/nri-podlevel"]
+        return self.cri.exec_sync(agent.container_id, ["nri-podlevel", *command, *flags], timeout_s=60)
 
     def verify_checkpoints(self) -> None:
         for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):

@@ -67,12 +67,9 @@ def test_the_agent_container_writes_the_pod_cgroup_from_its_own_cgroup_namespace
     print(f"agent container log (guest, {guest.numa_nodes} NUMA nodes): {written}")
     # The operator commands inside the agent's container, as on the host's test bed: the guest switches to
     # its root as a node does, so a CRI exec reaches the container's root (its cgroup mount is /host/cgroup).
-    check = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "check", "--cgroup-root", "/host/cgroup",
-                                                    "--state-dir", "/var/lib/nri-podlevel"], timeout_s=60)
+    check = node.operator(agent, "check")
     assert check.exit_code == 0, check.stdout + check.stderr
-    show = node.cri.exec_sync(agent.container_id, ["nri-podlevel", "show", "--json", "--cgroup-root",
-                                                   "/host/cgroup", "--state-dir", "/var/lib/nri-podlevel"],
-                              timeout_s=60)
+    show = node.operator(agent, "show", "--json")
     assert show.exit_code == 0, show.stderr
     pods = json.loads(show.stdout)["pods"]
     shown = {(p["name"], c["name"]): c["cgroup"] for p in pods for c in p["containers"]}
