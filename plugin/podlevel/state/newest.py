@@ -85,12 +85,15 @@ class _Fragments(Generic[V]):
     share their storage (`SharedMap`): between two consecutive states only the keys they say may differ are
     looked at, so a write does not walk every pod."""
 
-    def __init__(self, make: Callable[[str, V], tuple[str, str]]) -> None:
+    def __init__(self, make: Callable[[str, V], tuple[str, str]], *, rendered: bool = True) -> None:
+        """`rendered`: the spew rendering is wanted (the pod entries' is not: the legacy part, which the
+        rendering hashes, leaves them out), so it is listed and joined only then."""
         self._make = make
-        self._made: dict[str, tuple[V, str, str, str]] = {}
+        self._made: dict[str, tuple[V, tuple[str, ...]]] = {}
+        """uid -> the value and its texts (JSON, escaped, rendering: as many as there are lists)."""
         self._source: Mapping[str, V] = {}
         self._order: list[str] = []
-        self._lists: tuple[list[str], list[str], list[str]] = ([], [], [])
+        self._lists: tuple[list[str], ...] = ([], [], []) if rendered else ([], [])
 
     def of(self, entries: Mapping[str, V]) -> tuple[str, str, str]:
         """The JSON members (plain and escaped) and the spew map entries of `entries`, in key order; pods
@@ -102,16 +105,17 @@ class _Fragments(Generic[V]):
             for uid in keys:
                 self._update(uid, entries)
         self._source = entries
-        json_parts, escaped_parts, shown_parts = self._lists
-        return ",".join(json_parts), ",".join(escaped_parts), " ".join(shown_parts)
+        json_parts, escaped_parts, *shown_parts = self._lists
+        shown = " ".join(shown_parts[0]) if shown_parts else ""
+        return ",".join(json_parts), ",".join(escaped_parts), shown
 
-    def _made_for(self, uid: str, value: V) -> tuple[V, str, str, str] | None:
+    def _made_for(self, uid: str, value: V) -> tuple[V, tuple[str, ...]] | None:
         """The fragments of `uid` for `value`, made anew unless kept; None when kept as they are."""
         kept = self._made.get(uid)
         if kept is not None and (kept[0] is value or kept[0] == value):
             return None
         json_text, shown_text = self._make(uid, value)
-        made = (value, json_text, _escaped(json_text), shown_text)
+        made = (value, (json_text, _escaped(json_text), shown_text)[: len(self._lists)])
         self._made[uid] = made
         return made
 
@@ -124,11 +128,7 @@ class _Fragments(Generic[V]):
                 del made[uid]
         self._order = sorted(entries)
         kept_in_order = [made[uid] for uid in self._order]
-        self._lists = (
-            [kept[1] for kept in kept_in_order],
-            [kept[2] for kept in kept_in_order],
-            [kept[3] for kept in kept_in_order],
-        )
+        self._lists = tuple([kept[1][part] for kept in kept_in_order] for part in range(len(self._lists)))
 
     def _update(self, uid: str, entries: Mapping[str, V]) -> None:
         """Bring one key's fragments and place in line with `entries`."""
@@ -148,7 +148,7 @@ class _Fragments(Generic[V]):
             return
         if not placed:
             order.insert(at, uid)
-        for parts, text in zip(self._lists, made[1:], strict=True):
+        for parts, text in zip(self._lists, made[1], strict=True):
             if placed:
                 parts[at] = text
             else:
@@ -269,9 +269,9 @@ class NewestEncoder:
         self._cpu_type = cpu_type
         self._memory_type = memory_type
         self._cpu = _Fragments(_cpu_entry)
-        self._cpu_pods = _Fragments(_cpu_pod_entry)
+        self._cpu_pods = _Fragments(_cpu_pod_entry, rendered=False)
         self._memory = _Fragments(_memory_entry)
-        self._memory_pods = _Fragments(_memory_pod_entry)
+        self._memory_pods = _Fragments(_memory_pod_entry, rendered=False)
 
     def cpu(
         self,
