@@ -15,6 +15,7 @@ is rewritten in the newest one after it loaded. Only an unusable state directory
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
@@ -110,7 +111,8 @@ def _commit(staged: list[tuple[Path, Path]], directory: Path, *, durable: bool =
                 os.replace(temporary, path)
     finally:
         for temporary, _ in staged:
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # one left behind is removed when the directory is next opened
+                temporary.unlink(missing_ok=True)
     if durable:
         _fsync(directory, os.O_DIRECTORY)
 
@@ -129,7 +131,11 @@ def _exchange(temporary: Path, path: Path) -> bool:
     temporary name, which the caller removes.
     """
     renameat2 = _renameat2()
-    return renameat2 is not None and renameat2(
+    try:
+        regular = stat.S_ISREG(os.lstat(path).st_mode)  # never swap a directory or a link into its place
+    except OSError:
+        return False
+    return regular and renameat2 is not None and renameat2(
         _AT_FDCWD, os.fsencode(temporary), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0
 
 
@@ -187,6 +193,16 @@ class StateDir:
                                     f"and cannot be narrowed: {err.strerror}") from None
             log.warning("state dir %s was writable by others (mode %o); narrowed to 700", path,
                         stat.S_IMODE(mode))
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Temporary files a process killed in mid-write left (the new bytes before the swap, the old after),
+        which nothing else would ever remove."""
+        for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
+            for leftover in self.path.glob(f".{name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+                    log.info("removed %s, left by a write that did not finish", leftover)
 
     @property
     def cpu_file(self) -> Path:

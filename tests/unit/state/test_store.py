@@ -248,13 +248,13 @@ def test_a_write_swaps_the_new_file_in_and_removes_the_old_bytes(
     monkeypatch.setattr(store, "_renameat2", lambda: recorded)
     state = _state_dir(tmp_path)
     state.write(CPU, MEMORY)
-    assert results == [-1, -1]  # nothing to exchange with yet: renamed
+    assert results == []  # nothing to exchange with yet: renamed
     held = (tmp_path / CPU_STATE_FILE).open("rb")
     with held:
         old = os.fstat(held.fileno())
         moved = CPUCheckpoint("static", CPUSet.parse("0-15"))
         assert state.write(moved, MEMORY) is True
-        assert results[2:] == [0]  # the CPU file exchanged; the memory file unchanged
+        assert results == [0]  # the CPU file exchanged; the memory file unchanged
         assert os.fstat(held.fileno()).st_nlink == 0
         assert decode(held.read()).content == CPU
     assert (tmp_path / CPU_STATE_FILE).stat().st_ino != old.st_ino
@@ -271,3 +271,22 @@ def test_without_an_exchange_the_file_is_renamed_over(
     state.write(moved, MEMORY)
     assert sorted(p.name for p in tmp_path.iterdir()) == [CPU_STATE_FILE, MEMORY_STATE_FILE]
     assert decode((tmp_path / CPU_STATE_FILE).read_bytes()).content == moved
+
+
+def test_a_directory_in_a_files_place_is_never_swapped_in_and_the_write_fails_cleanly(tmp_path: Path) -> None:
+    state = _state_dir(tmp_path)
+    (tmp_path / CPU_STATE_FILE).mkdir()
+    with pytest.raises(OSError):
+        state.write(CPU, MEMORY)
+    assert (tmp_path / CPU_STATE_FILE).is_dir()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_temporary_files_left_by_a_killed_write_are_removed_when_the_directory_is_opened(
+        tmp_path: Path) -> None:
+    leftovers = [tmp_path / f".{CPU_STATE_FILE}.abc123.tmp", tmp_path / f".{MEMORY_STATE_FILE}.x.tmp"]
+    for leftover in leftovers:
+        leftover.write_bytes(b"{}")
+    (tmp_path / "unrelated.tmp").write_bytes(b"kept")
+    _state_dir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unrelated.tmp"]
