@@ -299,10 +299,10 @@ class Placement:
         """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`:
         when `whole`, only with its recorded memory too (else _MemoryMoves, and nothing changes)."""
         if recorded is not None:
-            restored = self.engine.restore(self.state, pod, recorded)
+            restored = self.engine.restore(self.state, pod, recorded, within)
             if whole and restored.memory_moved is not None:
                 raise _MemoryMoves(restored.memory_moved)
-            self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid))
+            self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid) or within)
             self.state, decision = restored.state, restored.decision
         else:
             self.decisions.record(self.state, pod, within)
@@ -418,7 +418,7 @@ class Placement:
                 held = recorded_cpus(recorded_cpu, pod.uid) if recorded_cpu is not None else None
                 pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
                 waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
-        resync = ResyncCount(recorded_cpu, {pod.uid for _, pod, _ in waiting})
+        resync = ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
         # Every pod first where its checkpoints recorded it, then where it runs (its memory re-placed), then
         # on its NUMA nodes, then anywhere: a pod that had to move must not take the CPUs or memory another
         # pod, listed later, still holds.
@@ -429,7 +429,9 @@ class Placement:
             for sandbox, pod, held in waiting:
                 within = confinement.within(held, self.engine.topology)
                 restoring = confinement.restores and resync.has_record(pod.uid)
-                if (within is None and confinement is not Confinement.ANYWHERE) or (whole and not restoring):
+                # A pod its checkpoints hold without exclusive CPUs (its memory alone) holds none to stay on.
+                if ((within is None and confinement is not Confinement.ANYWHERE and not restoring)
+                        or (whole and not restoring)):
                     still.append((sandbox, pod, held))
                     continue
                 try:

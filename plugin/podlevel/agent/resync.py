@@ -19,6 +19,7 @@ from podlevel.agent.records import Observed
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpu_policy import CPUState
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.manager import Checkpointed
 from podlevel.engine.pod import Pod
 from podlevel.engine.topology import Topology
 
@@ -84,15 +85,19 @@ def recorded_cpus(recorded: CPUState, pod_uid: str) -> CPUSet | None:
 class ResyncCount:
     """Tallies one Synchronize's re-admissions into a `Resync`."""
 
-    def __init__(self, recorded: CPUState | None, running: set[str]) -> None:
-        self._recorded = recorded
-        held = set(recorded.pod_entries) | set(recorded.entries) if recorded is not None else set()
-        self._released = len(held - running)
+    def __init__(self, recorded: Checkpointed | None, running: set[str]) -> None:
+        self._recorded = recorded.cpu if recorded is not None else None
+        memory = recorded.memory if recorded is not None else None
+        self._memory_held = set(memory.pod_entries) | set(memory.entries) if memory is not None else set()
+        held = set(self._recorded.pod_entries) | set(self._recorded.entries) if self._recorded else set()
+        self._released = len((held | self._memory_held) - running)
         self._restored = self._readopted = 0
         self._moved: list[tuple[str, str]] = []
 
     def has_record(self, pod_uid: str) -> bool:
-        return self._recorded is not None and recorded_cpus(self._recorded, pod_uid) is not None
+        """The checkpoints hold the pod: its CPUs, or its memory alone (no exclusive CPUs)."""
+        cpus = self._recorded is not None and recorded_cpus(self._recorded, pod_uid) is not None
+        return cpus or pod_uid in self._memory_held
 
     def placed(
         self, sandbox_id: str, pod_uid: str, now: CPUState, failed: str | None, restoring: bool
@@ -104,8 +109,12 @@ class ResyncCount:
         elif not restoring:
             self._readopted += 1
         elif now.entries.get(pod_uid, {}) != recorded:
-            why = ("its exclusive CPUs were re-placed inside its recorded CPUs" if now.entries.get(pod_uid)
-                   else "it holds no exclusive CPUs under the current settings; its recorded ones were freed")
+            if not recorded:
+                why = "it holds exclusive CPUs under the current settings that its checkpoint did not record"
+            elif now.entries.get(pod_uid):
+                why = "its exclusive CPUs were re-placed inside its recorded CPUs"
+            else:
+                why = "it holds no exclusive CPUs under the current settings; its recorded ones were freed"
             self._moved.append((sandbox_id, why))
         else:
             self._restored += 1

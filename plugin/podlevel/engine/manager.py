@@ -245,7 +245,9 @@ class Engine:
         )
         return new, self.decision(new, pod.uid)
 
-    def restore(self, state: NodeState, pod: Pod, recorded: Checkpointed) -> Restored:
+    def restore(
+        self, state: NodeState, pod: Pod, recorded: Checkpointed, within: CPUSet | None = None
+    ) -> Restored:
         """Take a pod back onto the CPUs a checkpoint recorded for it: its bubble, CPUs no container runs on
         included, and each container's exclusive CPUs exactly; and onto its recorded memory blocks.
 
@@ -255,11 +257,12 @@ class Engine:
         sizes for the same containers), the recorded slices are kept as they were; otherwise the rules' own
         choice inside the recorded CPUs stands. Its recorded memory blocks are kept when they are valid under
         today's settings and the topology manager admits them with its CPUs; otherwise today's rules place
-        its memory, and `memory_moved` says why.
+        its memory, and `memory_moved` says why. A pod the CPU checkpoint does not hold (it had no exclusive
+        CPUs, or the CPU policy was none) is admitted on `within`, and still gets its recorded memory back.
         """
         bubble = recorded.cpu.pod_entries.get(pod.uid)
         slices = recorded.cpu.entries.get(pod.uid, {})
-        held = bubble if bubble is not None else CPUSet.union_of(slices.values())
+        held = bubble if bubble is not None else CPUSet.union_of(slices.values()) if slices else within
         new, _ = self.admit(state, pod, within=held)
         if pod.uid in state.pods:
             return Restored(new, self.decision(new, pod.uid), None)
@@ -270,13 +273,13 @@ class Engine:
         return Restored(new, self.decision(new, pod.uid), moved)
 
     def _take_back_memory(
-        self, state: NodeState, admitted: NodeState, pod: Pod, recorded: MemoryState, within: CPUSet
+        self, state: NodeState, admitted: NodeState, pod: Pod, recorded: MemoryState, within: CPUSet | None
     ) -> tuple[NodeState, str | None]:
         """`admitted` (the pod admitted again on `state` by today's rules, its CPUs confined to `within`) with
         its `recorded` memory blocks instead, when the memory policy takes them back (`take_back`) and the
         topology manager admits them with the pod's CPUs, as the kubelet does with the hints it regenerates
         from a restored pod's blocks; else `admitted`, and why not."""
-        memory, moved = self._memory.take_back(state.memory, admitted.memory, pod.uid, recorded)
+        memory, moved = self._memory.take_back(state.memory, admitted.memory, pod, recorded)
         if memory is admitted.memory:
             return admitted, moved
         try:
@@ -285,7 +288,30 @@ class Engine:
             policy = self.config.topology_policy.value
             return admitted, (f"the topology alignment changed: the topology policy {policy} refuses its "
                               f"CPUs with its recorded memory ({err.type})")
-        return kept, None
+        misaligned = self._pod_scope_misalignment(kept, pod, memory)
+        return (admitted, misaligned) if misaligned is not None else (kept, None)
+
+    def _pod_scope_misalignment(self, admitted: NodeState, pod: Pod, memory: MemoryState) -> str | None:
+        """Why a pod's recorded memory cannot stand beside its CPUs under pod scope, or None. Pod scope aligns
+        a pod once: every memory block on the NUMA nodes of one hint, which under `restricted` and
+        `single-numa-node` also hold its exclusive CPUs. The re-admission cannot see this for a pod of several
+        containers (the hint it rebuilds from their blocks matches none), so it is checked here."""
+        policy = self.config.topology_policy
+        if self.config.scope is not Scope.POD or policy is TopologyPolicyName.NONE:
+            return None
+        blocks = [*memory.pod_entries.get(pod.uid, ()),
+                  *(block for owned in memory.entries.get(pod.uid, {}).values() for block in owned)]
+        masks = {block.numa_affinity for block in blocks}
+        nodes = sorted({node for mask in masks for node in mask})
+        cpus = admitted.cpu.pod_entries.get(pod.uid) or CPUSet.union_of(
+            admitted.cpu.entries.get(pod.uid, {}).values())
+        cpu_nodes = self.topology.numa_nodes_of(cpus) if cpus else ()
+        strict = policy in (TopologyPolicyName.RESTRICTED, TopologyPolicyName.SINGLE_NUMA_NODE)
+        if len(masks) <= 1 and not (strict and set(cpu_nodes) - set(nodes)):
+            return None
+        return (f"the topology alignment changed: pod scope under the topology policy {policy.value} aligns "
+                f"a pod on one set of NUMA nodes, and its recorded memory is on NUMA nodes {nodes} in "
+                f"{len(masks)} groups, its CPUs on NUMA nodes {list(cpu_nodes)}")
 
     def _admit_pod_level(
         self, state: NodeState, pod: Pod, trace: list[Alignment] | None

@@ -460,26 +460,30 @@ class StaticMemoryPolicy:
         return tuple(sorted(nodes)) or None
 
     def take_back(
-        self, state: MemoryState, admitted: MemoryState, pod_uid: str, recorded: MemoryState
+        self, state: MemoryState, admitted: MemoryState, pod: Pod, recorded: MemoryState
     ) -> tuple[MemoryState, str | None]:
         """A restored pod's memory: the blocks a checkpoint `recorded` for it, charged onto `state` (the node
         before the pod was admitted again) as admission charges, when this policy allows them; else `admitted`
         itself (what today's rules gave the pod) and why not (None when nothing was recorded nor is pinned).
 
         The recorded blocks stand when they are on NUMA nodes that have their resources, are the sizes today's
-        rules give (the same containers, resources and bytes), and fit the free memory after reserved memory
-        without mixing single-node and multi-node allocations on a node. Whether the topology manager aligns
-        them with the pod's CPUs is the engine's question (`Engine.restore`).
+        rules give (the same containers, resources and bytes; a standard init container's at most its request:
+        how far it was shrunk depends on where the containers after it were placed), and fit the free memory
+        after reserved memory without mixing single-node and multi-node allocations on a node. Whether the
+        topology manager aligns them with the pod's CPUs is the engine's question (`Engine.restore`).
         """
+        pod_uid = pod.uid
         containers = recorded.entries.get(pod_uid, {})
         pod_blocks = recorded.pod_entries.get(pod_uid)
         had = _owned(containers, pod_blocks)
         has = _owned(admitted.entries.get(pod_uid, {}), admitted.pod_entries.get(pod_uid))
+        shrinkable = {_owner(c.name): container_requests(pod, c) for c in pod.init_containers
+                      if c.kind is ContainerKind.INIT}
         if not had:
             pinned = f"it had no recorded memory blocks; today's rules pin it to {_on(_flat(has))}"
             return admitted, pinned if has else None
         try:
-            self._check_blocks(state, had, has)
+            self._check_blocks(state, had, has, shrinkable)
             machine = self._recharged(state, _flat(had) if pod_blocks is None else pod_blocks)
         except _Refused as refused:
             return admitted, str(refused)
@@ -489,9 +493,9 @@ class StaticMemoryPolicy:
         return MemoryState(machine, with_item(state.entries, pod_uid, containers), pod_entries), None
 
     @staticmethod
-    def _check_blocks(state: MemoryState, had: Owned, has: Owned) -> None:
+    def _check_blocks(state: MemoryState, had: Owned, has: Owned, shrinkable: Mapping[str, Requests]) -> None:
         """Raise _Refused unless the recorded blocks (`had`) are on nodes that have their resources and are
-        the sizes of today's (`has`)."""
+        the sizes of today's (`has`), or for the owners in `shrinkable` at most their requests."""
         machine = state.machine
         for block in _flat(had):
             if any(n not in machine or block.type not in machine[n].memory_map for n in block.numa_affinity):
@@ -499,6 +503,9 @@ class StaticMemoryPolicy:
                                f"no {block.type}")
         for owner in sorted(had.keys() | has.keys()):
             recorded, today = _sizes(had.get(owner, ())), _sizes(has.get(owner, ()))
+            requested = shrinkable.get(owner)
+            if requested is not None and all(size <= requested.get(n, 0) for n, size in recorded.items()):
+                continue
             if recorded != today:
                 raise _Refused(f"{owner} was recorded with {describe(recorded)} pinned, today's rules give "
                                f"{describe(today)}")
@@ -748,8 +755,12 @@ class _Refused(Exception):
     """Why a restored pod's recorded memory blocks cannot be taken back (`take_back`)."""
 
 
+def _owner(container_name: str) -> str:
+    return f"its container {container_name}"
+
+
 def _owned(containers: Owned, pod_blocks: tuple[MemoryBlock, ...] | None) -> Owned:
-    owned = {f"its container {name}": blocks for name, blocks in containers.items()}
+    owned = {_owner(name): blocks for name, blocks in containers.items()}
     return owned if pod_blocks is None else {"its pod budget": pod_blocks, **owned}
 
 

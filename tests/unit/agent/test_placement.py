@@ -4,7 +4,7 @@ else follows the node shared pool, refusals change nothing, restarts keep alloca
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import pytest
@@ -15,14 +15,14 @@ from podlevel.agent.resync import Resync
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import Assignment, Checkpointed
-from podlevel.engine.memory_policy import StaticMemoryPolicy
+from podlevel.engine.manager import Assignment, Checkpointed, Engine
+from podlevel.engine.memory_policy import MemoryBlock, StaticMemoryPolicy
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
 from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox
-from support.builders import GI, MI, app, burstable, fast_path, guaranteed, new_engine
+from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine
 from support.builders import pod as make_pod
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
@@ -1075,3 +1075,75 @@ def test_changes_count_in_the_generation_and_no_ops_do_not() -> None:
     placement.run_sandbox(sandbox_of(fast_path()))
     placement.take_pending_updates()
     assert placement.generation == counted + 2
+
+
+def restarted_after_filler(*pods: Pod, engine: Engine, recorded_under: Engine,
+                           filler: int = FILLER) -> tuple[Placement, Placement, dict[str, Settings]]:
+    """The pods started after a pod that fills node 0's memory, then restarted on `engine` from the
+    checkpoints, the filler gone meanwhile (so today's rules would put their memory on node 0); and the
+    restart's updates."""
+    live = Placement(recorded_under)
+    for p in (make_pod("filler", app("app", guaranteed(1000, filler)), uid="uid-filler"), *pods):
+        start(live, p)
+    live.take_pending_updates()
+    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied
+            if not cid.startswith("filler-")]
+    restarted = Placement(engine, recorded=checkpoints(live))
+    updates, _ = restarted.synchronize([sandbox_of(p) for p in pods], rows)
+    return live, restarted, updates
+
+
+def nodes_of(entries: Mapping[str, tuple[MemoryBlock, ...]]) -> set[tuple[int, ...]]:
+    return {block.numa_affinity for blocks in entries.values() for block in blocks}
+
+
+@pytest.mark.parametrize(("cpu_policy", "cpu"), [("static", 500), ("none", 2000)],
+                         ids=["fractional-cpu", "cpu-policy-none"])
+def test_restart_keeps_the_memory_of_a_pod_the_cpu_checkpoint_does_not_hold(
+        cpu_policy: str, cpu: int) -> None:
+    """A Guaranteed pod without exclusive CPUs has a memory record and no CPU record: it is taken back from
+    the memory record as a pod with both is, not re-placed anywhere as a pod the checkpoints never held."""
+    frac = make_pod("frac", app("c", guaranteed(cpu, 128 * MI)), uid="uid-frac")
+    settings = {"topology_policy": NO_ALIGNMENT, "cpu_policy": cpu_policy}
+    live, restarted, _ = restarted_after_filler(frac, engine=new_engine(**settings),
+                                                recorded_under=new_engine(**settings))
+
+    assert "uid-frac" not in live.state.cpu.entries
+    assert nodes_of(live.state.memory.entries["uid-frac"]) == {(1,)}
+    assert restarted.state.memory.entries["uid-frac"] == live.state.memory.entries["uid-frac"]
+    assert restarted.applied["frac-c"].mems == (1,)
+    assert restarted.resync == Resync(restored=1, released=1)
+    check_memory(restarted)
+
+
+def test_restart_keeps_an_init_containers_blocks_however_far_they_were_shrunk() -> None:
+    """A standard init container's blocks shrink by what the containers after it reuse on the same nodes,
+    so their recorded size depends on where those were placed: a size up to its request is kept."""
+    staged = make_pod("p", init("setup", guaranteed(1000, GI)), app("app", guaranteed(2000, 2 * GI)),
+                      uid="uid-p")
+    live, restarted, updates = restarted_after_filler(
+        staged, engine=new_engine(topology_policy=NO_ALIGNMENT),
+        recorded_under=new_engine(topology_policy=NO_ALIGNMENT), filler=16284 * MI - 1536 * MI)
+
+    recorded = live.state.memory.entries["uid-p"]
+    assert (nodes_of({"setup": recorded["setup"]}), nodes_of({"app": recorded["app"]})) == ({(0,)}, {(1,)})
+    assert restarted.state.memory.entries["uid-p"] == recorded
+    assert restarted.resync.moved == () and restarted.resync.restored == 1
+    assert updates["p-app"].mems == (1,)  # where it runs: the rows carry no memory nodes to compare
+    check_memory(restarted)
+
+
+def test_restart_under_pod_scope_alignment_moves_memory_split_across_nodes() -> None:
+    """Recorded under the topology policy none, a two-container pod's memory is split over both nodes while
+    its CPUs are on node 0; single-numa-node in pod scope aligns the pod on one node, which the blocks
+    rebuilt as hints cannot show for several containers, so the split is refused by name."""
+    two = make_pod("two", app("a", guaranteed(2000, 64 * MI)), app("b", guaranteed(2000, 64 * MI)),
+                   uid="uid-two")
+    live, restarted, _ = restarted_after_filler(two, engine=new_engine(),
+                                                recorded_under=new_engine(topology_policy=NO_ALIGNMENT))
+
+    assert nodes_of(live.state.memory.entries["uid-two"]) == {(0,), (1,)}
+    [(sandbox_id, reason)] = restarted.resync.moved
+    assert sandbox_id == "sb-two" and "pod scope under the topology policy single-numa-node" in reason
+    assert nodes_of(restarted.state.memory.entries["uid-two"]) == {(0,)}
+    check_memory(restarted)
