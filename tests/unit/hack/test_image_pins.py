@@ -58,3 +58,17 @@ def test_the_dependencies_of_the_pinned_packages_are_pinned_too() -> None:
             if needed.marker is not None and not needed.marker.evaluate({"extra": ""}):
                 continue
             assert canonicalize_name(needed.name) in pinned, f"{requirement.name} needs {needed}, not pinned"
+
+
+def test_the_build_backend_is_pinned_to_a_version_the_build_system_allows() -> None:
+    pinned = {}
+    for line in (CHECKOUT / "deploy" / "image-build-constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"{line}: not pinned to one version"
+            pinned[canonicalize_name(name)] = version
+    build = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["build-system"]
+    for requirement in map(Requirement, build["requires"]):
+        name = canonicalize_name(requirement.name)
+        assert name in pinned and requirement.specifier.contains(pinned[name]), requirement
