@@ -269,7 +269,7 @@ class Engine:
         moved = None
         if recorded.memory is not None:
             new, moved = self._take_back_memory(state, new, pod, recorded.memory, held)
-        new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod.uid, bubble, slices))
+        new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod, bubble, slices))
         return Restored(new, self.decision(new, pod.uid), moved)
 
     def _take_back_memory(
@@ -523,19 +523,23 @@ class Engine:
 
 
 def _with_recorded_slices(
-    before: CPUState, admitted: CPUState, pod_uid: str, bubble: CPUSet | None, slices: Mapping[str, CPUSet]
+    before: CPUState, admitted: CPUState, pod: Pod, bubble: CPUSet | None, slices: Mapping[str, CPUSet]
 ) -> CPUState:
     """`admitted` with the pod's exclusive CPUs swapped for the recorded ones, when that changes nothing else:
-    the same bubble, the same containers with the same number of CPUs, pairwise disjoint, and (without a
+    the same bubble, the same containers with the same number of CPUs, those that run side by side pairwise
+    disjoint (a standard init container's CPUs are reused by the containers after it), and (without a
     bubble) taken from what was free before."""
+    pod_uid = pod.uid
     chosen = admitted.entries.get(pod_uid, {})
     if admitted.pod_entries.get(pod_uid) != bubble or chosen.keys() != slices.keys():
         return admitted
     if any(len(slices[name]) != len(cpus) for name, cpus in chosen.items()):
         return admitted
-    recorded = CPUSet.union_of(slices.values())
-    if len(recorded) != sum(len(cpus) for cpus in slices.values()):
+    finished = {c.name for c in pod.init_containers if c.kind is ContainerKind.INIT}
+    side_by_side = [cpus for name, cpus in slices.items() if name not in finished]
+    if len(CPUSet.union_of(side_by_side)) != sum(len(cpus) for cpus in side_by_side):
         return admitted
+    recorded = CPUSet.union_of(slices.values())
     default = admitted.default
     if bubble is None:
         taken = CPUSet.union_of(chosen.values())

@@ -18,11 +18,11 @@ from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, Inpu
 from podlevel.engine.manager import Assignment, Checkpointed, Engine
 from podlevel.engine.memory_policy import MemoryBlock, StaticMemoryPolicy
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
-from podlevel.engine.topology_manager import TopologyPolicyName
+from podlevel.engine.topology_manager import Scope, TopologyPolicyName
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox
-from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine
+from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine, sidecar
 from support.builders import pod as make_pod
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
 
@@ -1147,3 +1147,23 @@ def test_restart_under_pod_scope_alignment_moves_memory_split_across_nodes() -> 
     assert sandbox_id == "sb-two" and "pod scope under the topology policy single-numa-node" in reason
     assert nodes_of(restarted.state.memory.entries["uid-two"]) == {(0,)}
     check_memory(restarted)
+
+
+def test_restart_under_container_scope_keeps_an_init_containers_cpus_the_app_reuses() -> None:
+    """The app reuses its standard init container's exclusive CPU, so their recorded slices overlap; they are
+    taken back exactly as recorded (the rules, choosing again inside them, would give the init container
+    another of the app's CPUs), not re-chosen and reported as moved."""
+    staged = make_pod("p", init("setup", guaranteed(1000, 256 * MI)), sidecar("log"),
+                      app("app", guaranteed(3000, 512 * MI)), budget=guaranteed(5000, GI), uid="uid-p")
+    engine = new_engine(scope=Scope.CONTAINER, topology_policy=NO_ALIGNMENT)
+    live = Placement(engine)
+    start(live, staged)
+    recorded = live.state.cpu.entries["uid-p"]
+    assert recorded["setup"].is_subset(recorded["app"]), "the app reuses the init container's CPU"
+    rows = [Observed(cid, "sb-p", cid.split("-", 1)[1]) for cid in live.applied]
+    restarted = Placement(engine, recorded=checkpoints(live))
+
+    restarted.synchronize([sandbox_of(staged)], rows)
+
+    assert restarted.state.cpu.entries["uid-p"] == recorded
+    assert restarted.resync == Resync(restored=1)
