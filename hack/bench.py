@@ -526,9 +526,12 @@ def pod_cgroup_tree(root: Path, sandboxes: Iterable[api.PodSandbox], cpus: str, 
         fresh = [d for d in (directory, *directory.parents) if root in d.parents and not d.exists()]
         directory.mkdir(parents=True)
         for cgroup in fresh:
-            for name, text in (("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.cpus.effective", cpus),
-                               ("cpuset.mems.effective", mems), ("cpu.max", "max 100000")):
+            for name, text in (("cpuset.cpus", cpus), ("cpuset.mems", mems), ("cpu.max", "max 100000")):
                 (cgroup / name).write_text(text + "\n")
+            # What the kernel keeps in force is what was written (the parents are as wide as the node):
+            # each `.effective` file is the same file, so a write shows in it as it would on a node.
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                os.link(cgroup / name, cgroup / f"{name}.effective")
 
 
 @contextlib.contextmanager
