@@ -87,17 +87,18 @@ class ResyncCount:
 
     def __init__(self, recorded: Checkpointed | None, running: set[str]) -> None:
         self._recorded = recorded.cpu if recorded is not None else None
-        memory = recorded.memory if recorded is not None else None
-        self._memory_held = set(memory.pod_entries) | set(memory.entries) if memory is not None else set()
-        held = set(self._recorded.pod_entries) | set(self._recorded.entries) if self._recorded else set()
-        self._released = len((held | self._memory_held) - running)
+        self._held: set[str] = set()
+        """The pods the checkpoints hold: by their CPUs, or by their memory alone (no exclusive CPUs)."""
+        if recorded is not None:
+            self._held = {*recorded.cpu.pod_entries, *recorded.cpu.entries}
+            if recorded.memory is not None:
+                self._held |= {*recorded.memory.pod_entries, *recorded.memory.entries}
+        self._released = len(self._held - running)
         self._restored = self._readopted = 0
         self._moved: list[tuple[str, str]] = []
 
     def has_record(self, pod_uid: str) -> bool:
-        """The checkpoints hold the pod: its CPUs, or its memory alone (no exclusive CPUs)."""
-        cpus = self._recorded is not None and recorded_cpus(self._recorded, pod_uid) is not None
-        return cpus or pod_uid in self._memory_held
+        return pod_uid in self._held
 
     def placed(
         self, sandbox_id: str, pod_uid: str, now: CPUState, failed: str | None, restoring: bool

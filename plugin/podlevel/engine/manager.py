@@ -262,7 +262,10 @@ class Engine:
         """
         bubble = recorded.cpu.pod_entries.get(pod.uid)
         slices = recorded.cpu.entries.get(pod.uid, {})
-        held = bubble if bubble is not None else CPUSet.union_of(slices.values()) if slices else within
+        if bubble is not None:
+            held: CPUSet | None = bubble
+        else:
+            held = CPUSet.union_of(slices.values()) if slices else within
         new, _ = self.admit(state, pod, within=held)
         if pod.uid in state.pods:
             return Restored(new, self.decision(new, pod.uid), None)
