@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo demo-numa test lint unit integration vm proto bench image clean
+.PHONY: setup demo demo-numa test lint unit integration vm kubelet-compare proto bench image clean
 
 setup: .venv/.installed
 
@@ -40,7 +40,12 @@ vm: setup
 	hack/vm-run --numa-nodes 4 --cpus 8 --threads-per-core 2 --memory 4G --timeout 1200 -- \
 		$(PY) -m pytest -m vm --ignore tests/vm/test_vm_agent_image.py tests/vm
 
-test: lint unit integration vm
+# The same static pods under a real kubelet v1.37 (built from the Go module proxy into a cache outside the
+# checkout, hack/build-go-tools): its own managers against the plugin, in the 2-NUMA guest (the short form).
+kubelet-compare: setup
+	hack/kubelet-compare --quick
+
+test: lint unit integration vm kubelet-compare
 
 # The agent's and the webhook's image as an OCI archive (hack/image; its path is the last line printed).
 image: setup

@@ -108,6 +108,13 @@ def fast_path(name: str = "fast", cpus: int = 4, exclusive: int = 2) -> Pod:
     )
 
 
+def all_exclusive(name: str = "solo", cpus: int = 2) -> Pod:
+    """A bubble of `cpus` whose one app holds all of them: every container exclusive, so the kubelet lifts
+    the pod cgroup's CFS quota too."""
+    return pod(name, app("app", guaranteed(cpus * 1000, 256 * MI)), budget=guaranteed(cpus * 1000, GI),
+               uid=f"uid-{name}")
+
+
 def linux_resources(sent: RuntimeResources) -> api.LinuxResources:
     """NRI's LinuxResources carrying what the kubelet sends over CRI."""
     resources = api.LinuxResources()

@@ -60,7 +60,7 @@ def test_pod_bubble_slice_and_shared_pools_on_a_numa_node(cri: CRI, guest: Guest
     pod_cgroup = cgroupfs.read_cgroup(pod_cgroup_parent(cri.cgroup_root, fast_pod.uid))
     assert CPUSet.parse(pod_cgroup.effective_cpus) == bubble, "the pod cgroup holds the bubble"
     assert pod_cgroup.effective_mems == str(home)
-    assert pod_cgroup.cpu_quota_us is None, "the pod's quota is lifted: main-app holds a CPU of its own"
+    assert pod_cgroup.cpu_quota_us == 200000, "the pod limit stays: logger runs in the pod shared pool"
 
     with pytest.raises(CRIError) as refused:
         start_pod(cri, pod("no-room"))

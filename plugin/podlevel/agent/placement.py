@@ -226,6 +226,9 @@ class Placement:
             self._verify_container(sandbox, self.state.pods[uid], name, resources, undo)
         else:
             admitted = self._place_first(sandbox, name, resources, undo)
+        admitted_uid = self._records[sandbox.id].pod_uid
+        if admitted_uid is not None:
+            self.state = self.engine.container_added(self.state, admitted_uid, name)
         undo.keep(self.applied, container_id)
         undo.track(self._containers.get(container_id), container_id)
         settings = self.applied[container_id] = self._track(container_id, _Tracked(sandbox.id, name))
@@ -313,7 +316,8 @@ class Placement:
             else Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
             for d in decision.containers
         }
-        exclusive = any(d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
+        exclusive = bool(decision.containers) and all(
+            d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
         cgroup = PodCgroupSettings(
             _pod_text(sandbox), pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
             decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,
@@ -445,6 +449,12 @@ class Placement:
         for sandbox, pod, _ in waiting:
             refused[sandbox.id] = errors[sandbox.id]
             self._records[sandbox.id] = self._records[sandbox.id].keeping_out(pod)
+        # Each container that ran had the memory manager forget the standard init containers before it
+        # (`AddContainer`), before the restart as now.
+        for sandbox_id, rows in by_sandbox.items():
+            if (uid := self._records[sandbox_id].pod_uid) is not None:
+                for seen in rows:
+                    self.state = self.engine.container_added(self.state, uid, seen.name)
         self.resync = resync.report()
         # Containers are tracked, and their settings computed, once every pod is back: per pod they would
         # cost quadratic time.

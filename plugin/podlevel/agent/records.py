@@ -76,7 +76,8 @@ class PodCgroupSettings:
     kubelet made it; a pod narrowed by an earlier run under other settings is widened back)."""
     mems: tuple[int, ...]
     unlimited_quota: bool
-    """A container holds CPUs of its own: the kubelet lifts the pod's CFS quota then."""
+    """Every container holds CPUs of its own: only then does the kubelet (v1.37, `PodHasExclusiveCPUs` with
+    pod-level resources) lift the pod's CFS quota; one container in a shared pool keeps the pod limit."""
     cpu_period_us: int
 
 

@@ -423,6 +423,24 @@ class Engine:
             return state
         return self._release(state, pod_uid, len(live), (name,))
 
+    def container_added(self, state: NodeState, pod_uid: str, name: str) -> NodeState:
+        """The memory manager's `AddContainer` as a container of an admitted pod starts: every standard init
+        container declared before it has run to completion, so its memory entry is forgotten (its blocks
+        released for other pods, unless the pod holds pod-level memory, which stays the pod's). Their CPU
+        entries stay, as the CPU manager keeps them. Unknown pods and repeated calls change nothing."""
+        pod = state.pods.get(pod_uid)
+        if pod is None:
+            return state
+        memory = state.memory
+        for container in pod.init_containers:
+            if container.name == name:
+                break
+            if container.kind is ContainerKind.INIT and container.name in memory.entries.get(pod_uid, {}):
+                memory = self._memory.remove_container(memory, pod_uid, container.name)
+        if memory is state.memory:
+            return state
+        return NodeState(state.cpu, memory, state.pods, state.removed)
+
     def remove_pod(self, state: NodeState, pod_uid: str) -> NodeState:
         """Release every container of the pod that is still there (and with the last one, the bubble)."""
         live = state.live_containers(pod_uid)

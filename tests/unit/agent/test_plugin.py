@@ -23,7 +23,7 @@ from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
-from support.builders import GI, MI, container, fast_path, new_engine, sandbox, v2_root
+from support.builders import GI, MI, all_exclusive, container, fast_path, new_engine, sandbox, v2_root
 
 
 @pytest.fixture
@@ -251,7 +251,7 @@ def test_a_failed_checkpoint_write_places_the_container_and_is_retried(
 def test_the_pod_cgroup_gets_the_bubble_and_a_failed_write_is_retried(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    pod = fast_path()
+    pod = all_exclusive("fast")
     root = v2_root(tmp_path, pod)
     pod_dir = root / "kubepods" / f"pod{pod.uid}"
     now = [0.0]

@@ -114,12 +114,12 @@ def test_check_agrees_then_names_a_cpuset_written_behind_the_plugins_back(
 def test_check_names_a_stale_checkpoint_and_a_lifted_quota(
     node: Node, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (node.cgroup_root / "cpu,cpuacct" / "kubepods" / "poduid-fast" / "cpu.cfs_quota_us").write_text("50000\n")
+    quota = node.cgroup_root / "cpu,cpuacct" / "kubepods" / "poduid-fast" / "fast-app" / "cpu.cfs_quota_us"
+    quota.write_text("50000\n")
     engine = node.plugin.placement.engine
     StateDir(node.state_dir).write(*checkpoints_of(engine, engine.initial_state()))  # from before any pod
     status, out, _ = run(capsys, "check", *node.args())
     assert status == 1
-    quota = node.cgroup_root / "cpu,cpuacct" / "kubepods" / "poduid-fast" / "cpu.cfs_quota_us"
     assert f"drift (plugin and cgroup): {quota}: expected max, found 50000" in out
     cpu_file = node.state_dir / "cpu_manager_state"
     assert (f"drift (plugin and checkpoint): {cpu_file}: expected defaultCpuSet = 0,3-8,11-15, "
@@ -140,7 +140,8 @@ def test_show_lists_pods_and_containers_beside_their_cgroups(
     assert lines[3].split()[:6] == ["0", "0-3,8-11", "0,8", "1-2,9-10", "1,9", "3,11"]
     rows = {line.split()[0]: line.split() for line in lines if line.startswith("  ")}
     assert rows["app"] == ["app", "pod_exclusive", "1,9", "0", "max", "1,9", "0", "max"]
-    assert rows["(pod"][2:] == ["bubble", "1-2,9-10", "0", "max", "1-2,9-10", "0", "max"]
+    # the pod limit stays: its log sidecar runs in the pod shared pool
+    assert rows["(pod"][2:] == ["bubble", "1-2,9-10", "0", "-", "1-2,9-10", "0", "max"]
     assert rows["server"] == ["server", "node_shared", "0,3-8,11-15", "0-1", "-", "0,3-8,11-15", "0-1", "max"]
     assert any(line.startswith(f"default/no-room refused: {EMPTY_POD_SHARED_POOL_ERROR}:") for line in lines)
     assert lines[-1] == "no drift"

@@ -570,3 +570,25 @@ def _union(sets: object) -> CPUSet:
     for cpus in sets:  # type: ignore[attr-defined]
         result = result | cpus
     return result
+
+
+@pytest.mark.parametrize("scope", list(Scope))
+def test_a_started_container_forgets_the_memory_of_the_standard_init_containers_before(scope: Scope) -> None:
+    """The memory manager's `AddContainer`: a standard init container has run to completion once a later
+    container starts, so its memory entry goes; its blocks go back to the node unless they are part of the
+    pod's own memory (pod scope). A sidecar before it, and every CPU entry, stay."""
+    staged = pod("staged", sidecar("proxy", guaranteed(1000, 256 * MI)), init("setup", guaranteed(2000, GI)),
+                 app("app", guaranteed(1000, 512 * MI)), budget=guaranteed(4000, 2 * GI), uid="uid-staged")
+    eng = engine(scope=scope)
+    admitted, _ = eng.admit(eng.initial_state(), staged)
+    free_before = sum(n.memory["memory"] for n in eng.free_per_numa(admitted))
+
+    started = eng.container_added(admitted, "uid-staged", "app")
+
+    assert started.memory.entries["uid-staged"].keys() == {"proxy", "app"}
+    assert started.cpu.entries == admitted.cpu.entries
+    free_after = sum(n.memory["memory"] for n in eng.free_per_numa(started))
+    held = sum(b.size for b in admitted.memory.entries["uid-staged"]["setup"])
+    assert free_after - free_before == (0 if scope is Scope.POD else held)
+    assert eng.container_added(started, "uid-staged", "app") is started, "a restart changes nothing more"
+    assert eng.container_added(admitted, "uid-staged", "setup") is admitted, "nothing before it to forget"

@@ -21,7 +21,19 @@ from podlevel.nri import RpcError
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.store import StateDir
-from support.builders import GI, MI, app, container, fast_path, guaranteed, new_engine, pod, sandbox, v2_root
+from support.builders import (
+    GI,
+    MI,
+    all_exclusive,
+    app,
+    container,
+    fast_path,
+    guaranteed,
+    new_engine,
+    pod,
+    sandbox,
+    v2_root,
+)
 from support.scrape import Samples, samples_of, value
 
 
@@ -133,7 +145,7 @@ def test_checkpoint_and_pod_cgroup_write_failures_are_counted(tmp_path: Path) ->
     def full(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    shape = fast_path()
+    shape = all_exclusive("fast")
     root = v2_root(tmp_path, shape)
     (root / "kubepods" / f"pod{shape.uid}" / "cpu.max").unlink()
     now = [0.0]
@@ -144,7 +156,7 @@ def test_checkpoint_and_pod_cgroup_write_failures_are_counted(tmp_path: Path) ->
 
     plugin.create_container(fast, container(fast, "app"))
     now[0] += 1.0  # the pod cgroup's first retry is due
-    plugin.create_container(fast, container(fast, "log"))
+    plugin.stop_container(fast, container(fast, "app"))
 
     seen = samples(metrics)
     assert value(seen, "nri_podlevel_checkpoint_write_failures_total") == 2, "retried at every event"

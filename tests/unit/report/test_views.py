@@ -41,7 +41,7 @@ def test_node_lists_every_pod_with_its_status_bubble_and_containers(routes: dict
     assert pods["no-room"]["refusal"].startswith(f"{EMPTY_POD_SHARED_POOL_ERROR}: ")
     fast = pods["fast"]
     assert fast["bubble"] == {"cpus": "1-2,9-10", "mems": "0"}
-    assert fast["pod_cgroup"] == {"cpus": "1-2,9-10", "mems": "0", "unlimited_quota": True,
+    assert fast["pod_cgroup"] == {"cpus": "1-2,9-10", "mems": "0", "unlimited_quota": False,
                                   "cpu_period_us": 100000, "failure": None}
     [app] = fast["containers"]
     assert (app["name"], app["assignment"], app["cpu_quota_us"]) == ("app", "pod_exclusive", -1)
