@@ -35,6 +35,7 @@ from support.demo_node import (
     applied,
     demo_pod,
     quota_off,
+    refused_at,
     wait_applied,
 )
 from testbed import cgroupfs
@@ -89,14 +90,15 @@ def test_pod_cgroup_holds_the_bubble_with_quota_lifted(containerd: Containerd, c
     assert cgroupfs.read_cgroup(containerd.pod_cgroup_parent(web.uid, "burstable")).effective_cpus == ALL
 
 
-def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: PluginProcess) -> None:
+def test_empty_shared_pool_fails_the_pod_and_reserves_nothing(containerd: Containerd, cri: CRI,
+                                                             plugin: PluginProcess) -> None:
     no_room = demo_pod("no-room")
     with pytest.raises(CRIError) as refused:
         start_pod(cri, no_room)
-    assert refused.value.method == "CreateContainer"
+    assert refused.value.method == refused_at(containerd.flavour.name)
     assert f"{EMPTY_POD_SHARED_POOL_ERROR}: " in refused.value.details
-    plugin.wait_for_line(f"refused default/no-room container logging-sidecar: {EMPTY_POD_SHARED_POOL_ERROR}",
-                         LOG_TIMEOUT_S)
+    logged = plugin.wait_for_line("refused default/no-room", LOG_TIMEOUT_S)
+    assert EMPTY_POD_SHARED_POOL_ERROR in logged
     assert cri.list_containers() == [], "the refused container was not left behind"
 
     fast = start_pod(cri, demo_pod("fast-path"))
@@ -104,17 +106,17 @@ def test_empty_shared_pool_fails_create_and_reserves_nothing(cri: CRI, plugin: P
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
 
 
-def test_a_hostile_name_fails_its_own_container_and_the_connection_stays(
-    cri: CRI, plugin: PluginProcess
+def test_a_hostile_name_fails_its_pod_and_the_connection_stays(
+    containerd: Containerd, cri: CRI, plugin: PluginProcess
 ) -> None:
     """A sidecar named with a lone surrogate and a control character (JSON escapes, as a pod may write
-    them): creation fails with a status naming the name, escaped, and the next pod is placed over the same
+    them): the pod fails with a status naming the name, escaped, and the next pod is placed over the same
     connection."""
     no_room = demo_pod("no-room")
     hostile = to_annotation(no_room).replace('"name":"logging-sidecar"', '"name":"logging-\\ud800\\u0007"')
     with pytest.raises(CRIError) as refused:
         start_annotated_pod(cri, no_room, {SHAPE_ANNOTATION: hostile})
-    assert refused.value.method == "CreateContainer"
+    assert refused.value.method == refused_at(containerd.flavour.name)
     assert "code = InvalidArgument" in refused.value.details
     assert "'logging-\\ud800\\x07'" in refused.value.details
 
@@ -207,17 +209,18 @@ def test_a_restart_from_the_previous_checkpoint_generation_takes_the_newer_pod_b
         assert "TopologyAffinityError" in refused.value.details
 
 
-def test_shape_claiming_more_than_the_kubelet_granted_is_refused(cri: CRI, plugin: PluginProcess) -> None:
+def test_shape_claiming_more_than_the_kubelet_granted_is_refused(containerd: Containerd, cri: CRI,
+                                                                plugin: PluginProcess) -> None:
     """The annotation says a 1-CPU bubble; the sandbox the kubelet made carries a 100m budget."""
     fast = demo_pod("fast-path")
-    sandbox = cri.run_pod(
-        fast.name, uid=fast.uid, annotations={SHAPE_ANNOTATION: to_annotation(fast)},
-        resources=Resources.kubelet(cpu_request="100m", cpu_limit="100m", memory_limit="256Mi"),
-    )
     with pytest.raises(CRIError) as refused:
+        sandbox = cri.run_pod(
+            fast.name, uid=fast.uid, annotations={SHAPE_ANNOTATION: to_annotation(fast)},
+            resources=Resources.kubelet(cpu_request="100m", cpu_limit="100m", memory_limit="256Mi"),
+        )
         cri.run_container(sandbox, "main-app", command=list(LONG_RUNNING),
                           resources=Resources.of(linux_resources(fast.containers[0].resources)))
-    assert refused.value.method == "CreateContainer"
+    assert refused.value.method == refused_at(containerd.flavour.name)
     assert "InvalidArgument" in refused.value.details and SHAPE_ANNOTATION in refused.value.details
     assert "cpu_shares 1024" in refused.value.details and "carries 102" in refused.value.details
     plugin.wait_for_line(f"bad pod shape for default/{fast.name}", LOG_TIMEOUT_S)

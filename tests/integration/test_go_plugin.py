@@ -209,8 +209,10 @@ def test_the_runtime_refuses_two_plugins_pinning_one_container(containerd: Conta
         pod = cri.run_pod("collide", uid=uid, cgroup_parent=containerd.pod_cgroup_parent(uid))
         with pytest.raises(CRIError) as refused:
             cri.create_container(pod, "work", command=["/bin/sh", "-c", "sleep 3600"])
-    # The runtime names the later plugin first: ours (20) collided with the field the Go plugin (10) set.
-    conflict = f'plugins "{OUR_INDEX}-{OUR_NAME}" and "{GO_INDEX}-{GO_NAME}" both tried to set CPU pinning'
+    # The runtime names the later plugin first: ours (20) collided with the field the Go plugin (10) set,
+    # which NRI before v0.12 calls "CPU pinning" and later releases by its field's name.
+    field = "CPUSetCPUs" if containerd.flavour.name == "2.4" else "CPU pinning"
+    conflict = f'plugins "{OUR_INDEX}-{OUR_NAME}" and "{GO_INDEX}-{GO_NAME}" both tried to set {field}'
     assert conflict in refused.value.details
-    assert any("both tried to set CPU pinning" in line for line in log.lines())
+    assert any(f"both tried to set {field}" in line for line in log.lines())
     assert cri.list_containers(pod) == []

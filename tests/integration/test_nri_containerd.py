@@ -39,7 +39,7 @@ from plugin_runner import (
 )
 
 from podlevel.nri import CreateResult, api
-from podlevel.nri.runtime import EVENTS_BEFORE_V0_10
+from podlevel.nri.runtime import EVENTS_BEFORE_V0_10, EVENTS_FROM_V0_10
 from podlevel.ttrpc.codec import Code, Connection, Request, Response, Role
 from podlevel.ttrpc.mux import PLUGIN_SERVICE_CONN, encode_frame
 from podlevel.ttrpc.transport import RpcError
@@ -58,7 +58,7 @@ POD_RESOURCES: Final = Resources.kubelet("1500m", "2", "256Mi")
 CONTAINER_RESOURCES: Final = Resources.kubelet("500m", "1", "64Mi")
 # The announced (registration, request) timeouts in seconds: the test bed configures 5 s and 2 s;
 # containerd 1.7's NRI predates the Configure timeout fields and sends 0.
-ANNOUNCED_TIMEOUTS: Final = {"2": (5.0, 2.0), "1.7": (0.0, 0.0)}
+ANNOUNCED_TIMEOUTS: Final = {"2": (5.0, 2.0), "1.7": (0.0, 0.0), "2.4": (5.0, 2.0)}
 UPDATE_TIMEOUT_S: Final = 10.0
 RECONNECT_TIMEOUT_S: Final = 30.0
 
@@ -116,8 +116,13 @@ def test_plugin_registers_and_learns_the_runtime(containerd: Containerd, cri: CR
         assert runtime is not None
         assert plugin.stub.runtime == runtime
         assert (runtime.name, runtime.version) == ("containerd", cri.version().runtime_version)
-        assert runtime.version.startswith(f"{containerd.flavour.name}.")
-        assert runtime.valid_events == EVENTS_BEFORE_V0_10, "containerd <= 2.1 ships NRI < v0.10"
+        assert runtime.version.removeprefix("v").startswith(f"{containerd.flavour.name}.")
+        if containerd.flavour.name == "2.4":
+            assert (runtime.nri_version, runtime.valid_events) == ("v0.12.3", EVENTS_FROM_V0_10)
+            assert runtime.rolls_back_refused_sandbox and runtime.serves_unsolicited_updates
+        else:
+            assert runtime.valid_events == EVENTS_BEFORE_V0_10, "containerd <= 2.1 ships NRI < v0.10"
+            assert not (runtime.rolls_back_refused_sandbox or runtime.serves_unsolicited_updates)
         announced = [m for m in said if "announced registration timeout" in m]
         assert len(announced) == 1, said
         print(f"\n{announced[0]}")

@@ -5,6 +5,7 @@ behind, also after containerd crashed with pods running."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import uuid
 from pathlib import Path
@@ -54,9 +55,9 @@ def _run_pinned_pod(ctrd: Containerd, cri: CRI) -> tuple[str, str]:
 def test_cri_version_status_and_images(containerd: Containerd, cri: CRI) -> None:
     version = cri.version()
     assert version.runtime_name == "containerd"
-    assert version.runtime_version.startswith(f"{containerd.flavour.name}.")
+    assert version.runtime_version.removeprefix("v").startswith(f"{containerd.flavour.name}.")
     assert version.api_version == "v1"
-    assert f" {containerd.flavour.name}." in containerd.versions["containerd"]
+    assert re.search(rf" v?{re.escape(containerd.flavour.name)}\.", containerd.versions["containerd"])
     assert containerd.versions["runc"].startswith("runc version ")
     status = cri.status()
     assert (status["RuntimeReady"], status["NetworkReady"]) == (True, False), "no CNI: host-network pods only"

@@ -23,6 +23,14 @@ ALL: Final = "0-1"
 RESERVED: Final = "0"
 ASSIGNABLE: Final = "1"
 APPLY_TIMEOUT_S: Final = 10.0
+REFUSED_AT_SANDBOX: Final = frozenset({"2.4"})
+"""The test bed's containerd flavours where the plugin refuses a pod at its RunPodSandbox (the runtime rolls
+a failed sandbox back); on the others, at the pod's first CreateContainer."""
+
+
+def refused_at(flavour: str) -> str:
+    """The CRI call a pod the plugin refuses fails on this flavour."""
+    return "RunPodSandbox" if flavour in REFUSED_AT_SANDBOX else "CreateContainer"
 
 
 def demo_pod(name: str) -> Pod:

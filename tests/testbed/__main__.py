@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hack/containerd-env", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["fetch", "up", "down", "status"])
     parser.add_argument("--flavour", choices=sorted(FLAVOURS), default="2",
-                        help="2: Debian sid containerd 2.x; 1.7: Debian trixie containerd 1.7 (default 2)")
+                        help="2: Debian sid containerd 2.x; 1.7: Debian trixie containerd 1.7; 2.4: "
+                        "containerd's newest release and runc 1.5, from the Go module proxy (default 2)")
     parser.add_argument("--base", type=Path,
                         help="private directory (default /tmp/nri-podlevel-containerd-FLAVOUR)")
     args = parser.parse_args(argv)
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "fetch":
             ctrd.fetch()
-            print((ctrd.cache / "versions.txt").read_text().strip())
+            if ctrd.flavour.built:
+                print(f"containerd {ctrd.flavour.name}: {ctrd.bin_dir}, runc {ctrd.runc}")
+            else:
+                print((ctrd.cache / "versions.txt").read_text().strip())
         elif args.command == "up":
             if not ctrd.running:
                 try:

@@ -11,8 +11,10 @@ Invariants:
 - Readiness is a condition polled with a deadline (both sockets accept, CRI answers Version), never a sleep.
 
 Flavours: "2" is Debian sid's containerd 2.x (config version 3, NRI on by default); "1.7" is Debian
-trixie's containerd 1.7 (config version 2, NRI enabled explicitly). Both use the host's runc (bookworm's
-1.1.5; the newer Debian runc needs a newer glibc), the cgroupfs driver and `restrict_oom_score_adj`, without
+trixie's containerd 1.7 (config version 2, NRI enabled explicitly); both use the host's runc (bookworm's
+1.1.5; the newer Debian runc needs a newer glibc). "2.4" is containerd's newest release with a runc 1.5, both
+built from the Go module proxy (`hack/build-go-tools`; config version 3). All use the cgroupfs driver and
+`restrict_oom_score_adj`, without
 which runc fails where CAP_SYS_RESOURCE is not in the bounding set. By default there is no CNI (host-network
 pods only); `pod_network=True` adds one with Debian's CNI plugins: each pod gets a network namespace (mounted
 under `base`) and an address of a /24 private to this instance, reached from the host over a point-to-point
@@ -39,6 +41,7 @@ from typing import Final
 
 from testbed import CHECKOUT, images
 from testbed.cri import CRI, CRIError, pod_cgroup_parent
+from testbed.go_tools import GoToolError, build_tools
 from testbed.wait import DeadlineExceeded, wait_until
 
 log = logging.getLogger(__name__)
@@ -69,16 +72,22 @@ class ContainerdError(RuntimeError):
 
 @dataclass(frozen=True)
 class Flavour:
-    """A containerd release line: where Debian ships it and which config layout it reads."""
+    """A containerd release line: where it comes from (a Debian package, or `go` for a release built from the
+    Go module proxy with its own runc) and which config layout it reads."""
 
     name: str
     package: str
     config_version: int
 
+    @property
+    def built(self) -> bool:
+        return self.package == "go"
+
 
 FLAVOURS: Final = {
     "2": Flavour("2", "containerd/sid", 3),
     "1.7": Flavour("1.7", "containerd/trixie", 2),
+    "2.4": Flavour("2.4", "go", 3),
 }
 
 
@@ -165,6 +174,8 @@ class Containerd:
         self.snapshotter = snapshotter
         self.log_level = log_level
         self.bin_dir = self.cache / "root" / "usr" / "bin"
+        if self.flavour.built:
+            self._build()  # its own runc, which `stop` in another process must use too
         self.config_path = self.base / "config.toml"
         self.log_path = self.base / "containerd.log"
         self.pid_path = self.base / "containerd.pid"
@@ -207,7 +218,11 @@ class Containerd:
     # -- fetching and configuration ------------------------------------------------------------------
 
     def fetch(self) -> None:
-        """Download and unpack this flavour's containerd once into the cache (hack/fetch-debs)."""
+        """Download and unpack this flavour's containerd once into the cache (hack/fetch-debs), or build it
+        and its runc from the Go module proxy (hack/build-go-tools; a second call builds nothing)."""
+        if self.flavour.built:
+            self._build()
+            return
         if all((self.bin_dir / name).exists() for name in ("containerd", SHIM_BINARY, "ctr")):
             return
         self.cache.mkdir(parents=True, exist_ok=True)
@@ -226,6 +241,15 @@ class Containerd:
         missing = [name for name in ("containerd", SHIM_BINARY, "ctr") if not (self.bin_dir / name).exists()]
         if missing:
             raise ContainerdError(f"{self.flavour.package} unpacked into {self.cache} lacks {missing}")
+
+    def _build(self) -> None:
+        try:
+            built = build_tools("containerd", "runc")
+        except GoToolError as exc:
+            raise ContainerdError(f"cannot build containerd {self.flavour.name}: {exc}") from exc
+        self.bin_dir = built["containerd"]
+        if self.runc == HOST_RUNC:
+            self.runc = built["runc"] / "runc"
 
     def _apt_problems(self) -> str:
         """apt's warnings and errors from the last package list update: apt-get update exits 0 when a
@@ -335,7 +359,7 @@ state = '{b}/state'
         if self.running:
             raise ContainerdError(f"containerd for {self.base} already runs as pid {self.pid}")
         if not self.runc.exists():
-            raise ContainerdError(f"host runc {self.runc} is missing (hack/setup installs it)")
+            raise ContainerdError(f"runc {self.runc} is missing (hack/setup installs the host's)")
         self.fetch()
         for sub in ("root", "state", "opt", "runc", "nri/plugins", "nri/conf.d", "cni/bin", "cni/net.d",
                     "pod-logs"):

@@ -130,7 +130,8 @@ class ContainerInfo:
 
     `pid` is the container's init process on the host (0 once it exited); `cgroups_path` is the OCI
     spec's linux.cgroupsPath, with the cgroupfs driver `<pod cgroup parent>/<container id>`; `resources`
-    is what the runtime reports having applied; `spec` is the whole OCI runtime spec.
+    is what the runtime reports having applied; `spec` is the whole OCI runtime spec; `started_at` is when
+    it started (Unix nanoseconds, 0 before).
     """
 
     id: str
@@ -142,6 +143,7 @@ class ContainerInfo:
     resources: Resources
     annotations: Mapping[str, str]
     spec: Mapping[str, Any]
+    started_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -341,7 +343,7 @@ class CRI:
             exit_code=status.exit_code, pid=int(info.get("pid") or 0),
             cgroups_path=spec.get("linux", {}).get("cgroupsPath", ""),
             resources=Resources.from_proto(status.resources.linux), annotations=dict(status.annotations),
-            spec=spec)
+            spec=spec, started_at=status.started_at)
 
     def exec_sync(self, container_id: str, cmd: Sequence[str], timeout_s: int = 10) -> ExecResult:
         request = pb.ExecSyncRequest(container_id=container_id, cmd=list(cmd), timeout=timeout_s)

@@ -29,20 +29,24 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from testbed import CHECKOUT
-from testbed.containerd import Containerd, ContainerdError
+from testbed import CHECKOUT, start_latency
+from testbed.cgroup_writes import count_writes
+from testbed.containerd import CGROUP_MOUNT, Containerd, ContainerdError
 from testbed.cri import CRI
+from testbed.go_tools import GoToolError, build_tools
 from testbed.node_record import (
     ADMITTED,
     POD,
     Field,
     Record,
     as_json,
+    converged,
     from_json,
     live_sandboxes,
     manifest_name,
@@ -55,10 +59,13 @@ from testbed.plugin_process import PluginProcess
 from testbed.real_kubelet import (
     MANAGERS_OFF,
     NODE_NAME,
+    SYNC_PERIOD_S,
     KubeletError,
     RealKubelet,
+    annotated,
     binary_version,
-    build_tools,
+    delete_pod,
+    start_plugin,
 )
 from testbed.scenario import Scenario, ScenarioError, load_all
 from testbed.wait import DeadlineExceeded, wait_until
@@ -81,10 +88,15 @@ BASE_NODE: Final = {
 MANAGER_KEYS: Final = ("cpuManagerPolicy", "cpuManagerPolicyOptions", "memoryManagerPolicy", "reservedMemory",
                        "topologyManagerPolicy", "topologyManagerScope", "topologyManagerPolicyOptions")
 ERROR_NAME: Final = re.compile(r"\b([A-Z][A-Za-z]*Error)\b")
+CONTAINER_FILES: Final = ("cpuset.cpus", "cpuset.mems", "cpu.max")
+POD_FILES: Final = ("cpuset.cpus", "cpuset.mems", "cpu.max", "cpu.weight")
+WATCHED_SYNC_PERIODS: Final = 3
 LIMITED: Final = re.compile(r"\d+ \d+")
 """A `cpu.max` with a quota."""
 REFUSED_AT_ADMISSION: Final = "pod rejected at admission"
-REFUSED_AT_CREATE: Final = "CreateContainerError"
+RUNTIME_FAILURES: Final = {"Failed": "CreateContainerError",
+                           "FailedCreatePodSandBox": "CreatePodSandboxError"}
+"""The kubelet's event reason for a runtime call a plugin failed -> the pod's status as `kubectl` shows it."""
 
 
 def reference_settings(scenario: Scenario) -> dict[str, Any]:
@@ -115,10 +127,10 @@ def _outcome(kubelet: RealKubelet, cri: CRI, scenario: Scenario, name: str) -> O
     for event in kubelet.events():
         if event.pod != f"default/{name}-{NODE_NAME}" or event.type != "Warning":
             continue
-        if event.reason == "Failed":
-            rules = [r for r in ERROR_NAME.findall(event.message) if r != REFUSED_AT_CREATE]
+        if event.reason in RUNTIME_FAILURES:
+            rules = [r for r in ERROR_NAME.findall(event.message) if r not in RUNTIME_FAILURES.values()]
             if rules:
-                return Outcome(rules[-1], REFUSED_AT_CREATE)
+                return Outcome(rules[-1], RUNTIME_FAILURES[event.reason])
         elif event.reason not in ("BackOff", "FailedSync"):
             return Outcome(event.reason, REFUSED_AT_ADMISSION)
     sandbox = next((s for s in live_sandboxes(cri) if manifest_name(s, NODE_NAME) == name), None)
@@ -180,27 +192,23 @@ class Run:
         return self.records
 
     def _start_plugin(self) -> None:
-        config = self.base / "plugin.yaml"
-        config.write_text(yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1",
-                                          "kind": "KubeletConfiguration",
-                                          **reference_settings(self.scenario)}, sort_keys=False))
-        self.plugin = PluginProcess(self.ctrd.nri_socket, ["--config", str(config)],
-                                    state_dir=self.base / "plugin-state", echo=False)
-        self.plugin.wait_registered()
+        self.plugin = start_plugin(self.ctrd, self.base, reference_settings(self.scenario))
 
     def _step(self, kind: str, argument: str) -> None:
         if kind == "add":
             self._add(argument)
         elif kind == "delete":
-            (self.kubelet.manifests / f"{argument}.yaml").unlink()
+            delete_pod(self.kubelet, argument)
             self.outcomes.pop(argument, None)
-            with self.ctrd.cri() as cri:
-                wait_until(lambda: all(manifest_name(s, NODE_NAME) != argument for s in live_sandboxes(cri)),
-                           SETTLE_TIMEOUT_S, f"pod {argument} to be gone")
+        elif kind == "watch-writes":
+            self.records[argument] = self._watch_writes()
         elif kind == "restart-kubelet":
             self.kubelet.stop()
             self.kubelet.start()
-            for name in list(self.outcomes):
+            for name, outcome in list(self.outcomes.items()):
+                if outcome.rule == ADMITTED:
+                    wait_until(partial(self.kubelet.synced, name), SETTLE_TIMEOUT_S,
+                               f"the restarted kubelet to sync pod {name}")
                 self._settle(name)
         else:
             self.records[argument] = self.record()
@@ -208,13 +216,7 @@ class Run:
     def _add(self, name: str) -> None:
         text = self.scenario.manifests[name]
         if self.mode == "plugin":
-            source = self.base / f"{name}.source.yaml"
-            source.write_text(text)
-            done = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "annotate", str(source)],
-                                  capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise ScenarioError(f"nri-podlevel annotate {name}: {done.stderr.strip()}")
-            text = done.stdout
+            text = annotated(text, self.base / f"{name}.source.yaml")
         (self.kubelet.manifests / f"{name}.yaml").write_text(text)
         self._settle(name)
 
@@ -223,13 +225,36 @@ class Run:
             self.outcomes[name] = wait_until(lambda: _outcome(self.kubelet, cri, self.scenario, name),
                                              SETTLE_TIMEOUT_S, f"pod {name} to run or be refused")
 
+    def _watch_writes(self) -> Record:
+        """Writes to every running container's and pod's cgroup files over three kubelet sync periods, a
+        window in which nothing asks for a change: each write counted is one owner undoing another."""
+        files: dict[str, Path] = {}
+        with self.ctrd.cri() as cri:
+            for sandbox in live_sandboxes(cri):
+                pod = manifest_name(sandbox, NODE_NAME)
+                for name, container in newest_containers(cri, sandbox).items():
+                    info = cri.container_status(container.id)
+                    if info.state != "CONTAINER_RUNNING":
+                        continue
+                    directory = CGROUP_MOUNT / info.cgroups_path.lstrip("/")
+                    files.update({f"{pod}/{name}/{f}": directory / f for f in CONTAINER_FILES})
+                    files.update({f"{pod}/{POD}/{f}": directory.parent / f for f in POD_FILES})
+        counted = count_writes(files, WATCHED_SYNC_PERIODS * SYNC_PERIOD_S)
+        record: Record = {}
+        for label in files:
+            pod, owner, name = label.split("/", 2)
+            record[Field(pod, owner, f"writes of {name}")] = str(counted[label])
+        return record
+
     def record(self) -> Record:
         refused = {n for n, o in self.outcomes.items() if o.rule != ADMITTED}
+        state_dir = self.plugin.state_dir if self.plugin else self.kubelet.root_dir
         with self.ctrd.cri() as cri:
+            wait_until(partial(converged, cri, NODE_NAME, state_dir / "cpu_manager_state"), SETTLE_TIMEOUT_S,
+                       "every container's cpuset to be what the CPU state says")
             record, uids = record_cgroups(cri, NODE_NAME)
         record = {f: v for f, v in record.items() if f.pod not in refused}
         uids = {u: n for u, n in uids.items() if n not in refused}
-        state_dir = self.plugin.state_dir if self.plugin else self.kubelet.root_dir
         record.update(record_state(state_dir / "cpu_manager_state", state_dir / "memory_manager_state", uids))
         socket = self.plugin.podresources_socket if self.plugin else self.kubelet.podresources_socket
         record.update(record_pod_resources(socket, NODE_NAME, uids.values()))
@@ -241,8 +266,24 @@ class Run:
         return record
 
 
+def guest_latency(args: argparse.Namespace) -> int:
+    """Measure pod start latency on this guest (`testbed.start_latency`), write the JSON result."""
+    node = Scenario("latency", "pod start latency", {}, [])
+    settings = {"reference": reference_settings(node), "managers off": plugin_kubelet_settings(node),
+                "plugin": reference_settings(node)}
+    with Containerd(args.flavour, GUEST_BASE / "containerd") as ctrd:
+        result = {"runtime": ctrd.versions.get("containerd", "unknown"),
+                  "kubelet_version": binary_version(args.kubelet),
+                  "latency": start_latency.measure(ctrd, args.kubelet, GUEST_BASE / "latency", args.latency,
+                                                   settings)}
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
 def guest_main(args: argparse.Namespace) -> int:
     """Run the scenarios on this guest, write the JSON result to `args.out`."""
+    if args.latency:
+        return guest_latency(args)
     scenarios = load_all(args.scenario, quick=args.quick)
     logs = args.out.parent / f"{args.out.stem}.logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -310,17 +351,37 @@ def _guest_command(flavour: str, kubelet: Path, out: Path, args: argparse.Namesp
                "testbed.kubelet_compare", "guest",
                "--flavour", flavour, "--kubelet", str(kubelet), "--out", str(out)]
     command += ["--quick"] if args.quick else []
+    command += ["--latency", str(args.latency)] if args.latency else []
     for name in args.scenario:
         command += ["--scenario", name]
     return command
 
 
+def host_latency(args: argparse.Namespace, kubelet: Path) -> int:
+    out = RESULTS / f"latency-containerd{args.flavours[0]}.json"
+    out.unlink(missing_ok=True)
+    vm = [str(CHECKOUT / "hack/vm-run"), *TOPOLOGIES[2], "--timeout", str(GUEST_TIMEOUT_S), "--",
+          *_guest_command(args.flavours[0], kubelet, out, args)]
+    done = subprocess.run(vm, check=False)
+    if done.returncode != 0 or not out.exists():
+        print(f"kubelet-compare: the latency guest failed (exit {done.returncode})", file=sys.stderr)
+        return 2
+    result = json.loads(out.read_text())
+    for mode, figures in result["latency"].items():
+        print(f"kubelet-compare: pod start, {mode}: median {figures['median_ms']} ms, "
+              f"p90 {figures['p90_ms']} ms ({figures['pods']} pods)")
+    print(json.dumps(result))
+    return 0
+
+
 def host_main(args: argparse.Namespace) -> int:
     try:
-        kubelet = build_tools("kubelet")["kubelet"]
-    except KubeletError as exc:
+        kubelet = build_tools("kubelet")["kubelet"] / "kubelet"
+    except GoToolError as exc:
         print(f"kubelet-compare: the kubelet could not be built: {exc}", file=sys.stderr)
         return 2
+    if args.latency:
+        return host_latency(args, kubelet)
     RESULTS.mkdir(parents=True, exist_ok=True)
     explained = explained_fields()
     summary: dict[str, Any] = {"kubelet_version": binary_version(kubelet), "topologies": [], "runtimes": [],
@@ -386,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--topologies", default=None, help="NUMA node counts, comma-separated (default 2,4)")
     parser.add_argument("--flavours", default="2", help="containerd flavours, comma-separated (default 2)")
     parser.add_argument("--scenario", action="append", default=[], help="only this scenario (repeatable)")
+    parser.add_argument("--latency", type=int, default=0, metavar="N",
+                        help="instead: pod start latency, N pods per way of running the node (2-NUMA guest)")
     sub = parser.add_subparsers(dest="where")
     guest = sub.add_parser("guest", help="inside the guest: run the scenarios, write the result")
     guest.add_argument("--flavour", default="2")
@@ -393,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     guest.add_argument("--out", type=Path, required=True)
     guest.add_argument("--quick", action="store_true")
     guest.add_argument("--scenario", action="append", default=[])
+    guest.add_argument("--latency", type=int, default=0)
     args = parser.parse_args(argv)
     if args.where == "guest":
         return guest_main(args)

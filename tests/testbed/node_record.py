@@ -140,6 +140,36 @@ def record_state(cpu_state: Path, memory_state: Path, uids: Mapping[str, str]) -
     return record
 
 
+def _cpus(text: str) -> frozenset[int]:
+    """A Linux CPU list (`0-3,8`) as a set."""
+    found: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        first, _, last = part.partition("-")
+        found.update(range(int(first), int(last or first) + 1))
+    return frozenset(found)
+
+
+def converged(cri: CRI, node_name: str, cpu_state: Path) -> bool:
+    """Whether every running container's cgroup asks for the CPUs the CPU state file gives it (its entry, else
+    the default set): the kubelet's reconcile (every `cpuManagerReconcilePeriod`) or the plugin's answers
+    have applied what was decided. Until then a record would catch the node between two of its steps."""
+    cpu = _checkpoint_data(cpu_state)
+    if "defaultCpuSet" not in cpu:
+        return True
+    entries = cpu.get("entries") or {}
+    default = _cpus(str(cpu["defaultCpuSet"]))
+    for sandbox in live_sandboxes(cri):
+        for name, container in newest_containers(cri, sandbox).items():
+            info = cri.container_status(container.id)
+            if info.state != "CONTAINER_RUNNING":
+                continue
+            wanted = entries.get(sandbox.uid, {}).get(name)
+            held = cgroupfs.read_cgroup(info.cgroups_path).cpus
+            if _cpus(held) != (default if wanted is None else _cpus(wanted)):
+                return False
+    return True
+
+
 def _ids(values: Iterable[int]) -> str:
     return ",".join(map(str, sorted(values)))
 

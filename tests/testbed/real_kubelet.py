@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -29,16 +30,18 @@ from typing import Any, Final
 
 import yaml
 
-from testbed import CHECKOUT
 from testbed.containerd import Containerd, _cgroup_mounts, _mount_points
+from testbed.node_record import live_sandboxes, manifest_name
+from testbed.plugin_process import PluginProcess
 from testbed.wait import DeadlineExceeded, wait_until
 
-BUILD_GO_TOOLS: Final = CHECKOUT / "hack" / "build-go-tools"
 NODE_NAME: Final = "node-1"
+SYNC_PERIOD_S: Final = 10
+"""The kubelet's `syncFrequency` here (a minute by default), so that a few periods fit in a test."""
 HEALTHZ: Final = "http://127.0.0.1:10248/healthz"
 START_TIMEOUT_S: Final = 180.0  # a kubelet under TCG takes tens of seconds to serve healthz
 STOP_TIMEOUT_S: Final = 30.0
-BUILD_TIMEOUT_S: Final = 3600.0
+GONE_TIMEOUT_S: Final = 180.0
 KUBEPODS: Final = "kubepods"
 MANAGERS_OFF: Final = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "None",
                        "topologyManagerPolicy": "none"}
@@ -47,20 +50,6 @@ MANAGERS_OFF: Final = {"cpuManagerPolicy": "none", "memoryManagerPolicy": "None"
 
 class KubeletError(RuntimeError):
     """The kubelet could not be built, started or cleared; the message says which and why."""
-
-
-def build_tools(*tools: str) -> dict[str, Path]:
-    """Build (or find already built) the named Go tools; tool -> binary path."""
-    try:
-        done = subprocess.run([str(BUILD_GO_TOOLS), *tools], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise KubeletError(f"building {', '.join(tools)} took longer than {BUILD_TIMEOUT_S:g}s") from exc
-    if done.returncode != 0:
-        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise KubeletError(f"hack/build-go-tools {' '.join(tools)} failed (exit {done.returncode}):\n{tail}")
-    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    return {tool: Path(found[tool]) for tool in tools}
 
 
 def binary_version(binary: Path) -> str:
@@ -101,7 +90,8 @@ class RealKubelet:
         `settings` (the scenario's managers, policies, reservations, feature gates) on top."""
         return {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "staticPodPath": str(self.manifests), "fileCheckFrequency": "1s", "syncFrequency": "10s",
+            "staticPodPath": str(self.manifests), "fileCheckFrequency": "1s",
+            "syncFrequency": f"{SYNC_PERIOD_S}s",
             "containerRuntimeEndpoint": f"unix://{self.ctrd.cri_socket}", "cgroupDriver": "cgroupfs",
             "failSwapOn": False, "failCgroupV1": False, "address": "127.0.0.1", "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": 10248, "port": 10250,
@@ -205,8 +195,44 @@ class RealKubelet:
                                    str(r.get("message", ""))))
         return found
 
+    def synced(self, name: str) -> bool:
+        """Whether this start's pod workers have synced the static pod `name` once (after its admission):
+        before that a restarted kubelet's PodResources and managers do not know the pod yet."""
+        pod = f"{name}-{NODE_NAME}"
+        return any(r.get("msg") == "computePodActions got for pod" and isinstance(r.get("pod"), dict)
+                   and r["pod"].get("name") == pod for r in self.log_lines())
+
     def log_tail(self, lines: int = 25) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def start_plugin(ctrd: Containerd, base: Path, settings: Mapping[str, Any]) -> PluginProcess:
+    """`nri-podlevel run --config` with the reference kubelet's own KubeletConfiguration, registered."""
+    config = base / "plugin.yaml"
+    config.write_text(yaml.safe_dump({"apiVersion": "kubelet.config.k8s.io/v1beta1",
+                                      "kind": "KubeletConfiguration", **settings}, sort_keys=False))
+    plugin = PluginProcess(ctrd.nri_socket, ["--config", str(config)], state_dir=base / "plugin-state",
+                           echo=False)
+    plugin.wait_registered()
+    return plugin
+
+
+def annotated(text: str, source: Path) -> str:
+    """The manifest as `nri-podlevel annotate` writes it (static pods never reach the admission webhook)."""
+    source.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "podlevel.cli.main", "annotate", str(source)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise KubeletError(f"nri-podlevel annotate {source}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def delete_pod(kubelet: RealKubelet, name: str) -> None:
+    """Remove the pod's manifest and wait until the kubelet stopped its sandbox."""
+    (kubelet.manifests / f"{name}.yaml").unlink()
+    with kubelet.ctrd.cri() as cri:
+        wait_until(lambda: all(manifest_name(s, NODE_NAME) != name for s in live_sandboxes(cri)),
+                   GONE_TIMEOUT_S, f"pod {name} to be gone")

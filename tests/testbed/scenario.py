@@ -11,10 +11,11 @@ Each scenario is a directory of `tests/kubelet-scenarios/` holding `scenario.yam
     - delete: pod-a              # the manifest's metadata.name
     - record: after-delete       # a record of the node at this point, besides the one at the end
     - restart-kubelet
+    - watch-writes: steady      # writes to the pods' cgroup files over three kubelet sync periods
 
 A manifest runs as a node's images let it: every container runs the test bed's busybox (`sleep`, or `true`
-for a standard init container) with `imagePullPolicy: Never` and the pod on the host network (there is no
-CNI in the guest); resources, names and kinds are the manifest's own.
+for a standard init container) with `imagePullPolicy: Never`, the pod on the host network (there is no
+CNI in the guest) and no termination grace period; resources, names and kinds are the manifest's own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from testbed import CHECKOUT
 from testbed.images import BUSYBOX_IMAGE
 
 SCENARIOS: Final = CHECKOUT / "tests" / "kubelet-scenarios"
-STEP_KINDS: Final = ("add", "delete", "record", "restart-kubelet")
+STEP_KINDS: Final = ("add", "delete", "record", "restart-kubelet", "watch-writes")
 
 
 class ScenarioError(ValueError):
@@ -65,6 +66,7 @@ def static_pod(text: str, source: str) -> tuple[str, str]:
     metadata["namespace"] = "default"
     spec = pod.setdefault("spec", {})
     spec["hostNetwork"] = True
+    spec["terminationGracePeriodSeconds"] = 0  # `sleep` as PID 1 ignores SIGTERM: no 30 s wait per delete
     for kind in ("initContainers", "containers"):
         for container in spec.get(kind) or []:
             standard_init = kind == "initContainers" and container.get("restartPolicy") != "Always"

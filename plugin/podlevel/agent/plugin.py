@@ -2,18 +2,23 @@
 
 Every CreateContainer waits on this code, so a pod's work is done before its first container: RunPodSandbox
 parses the shape, admits the pod and writes the checkpoint while the kubelet still pulls the pod's images,
-and CreateContainer checks the container's claim and looks its settings up. A pod refused there is not
-refused at RunPodSandbox: containerd 1.7 and 2.x would fail the CRI RunPodSandbox with the plugin's message,
-but containerd 2.x before 2.2.6 and 2.3.3 leaves the sandbox it had already started running (its pause
-container outlives the failed call, and the kubelet retries the pod with new sandboxes). The refused pod's
-first CreateContainer decides again and fails with the kubelet's admission type and message, as does the
-first CreateContainer of a sandbox the plugin did not see start (it was down then), which admits its pod.
+and CreateContainer checks the container's claim and looks its settings up. A pod refused there is refused at
+RunPodSandbox only where the runtime then shuts the sandbox down (containerd 2.2.6, 2.3.3, 2.4 and later,
+`RuntimeInfo.rolls_back_refused_sandbox`): the CRI RunPodSandbox fails with the kubelet's admission type and
+message and nothing of the pod runs, as at the kubelet's admission. Older containerd 2.x leaves the sandbox
+it had already started running (its pause container outlives the failed call, and the kubelet retries the
+pod with new sandboxes), so there the refused pod's first CreateContainer decides again and fails with that
+type and message, as does the first CreateContainer of a sandbox the plugin did not see start (it was down
+then), which admits its pod.
 
 Updates for other containers ride on the answers of the events that can carry them (CreateContainer,
 UpdateContainer, StopContainer, Synchronize), never through a separate UpdateContainers call from inside a
 handler. RunPodSandbox answers nothing (a notification): the node shared pool its admission shrinks reaches
 the other containers with the next such answer, the pod's own first CreateContainer's at the latest, which
-the runtime applies before it creates that container.
+the runtime applies before it creates that container. Where the runtime serves a plugin's own
+UpdateContainers while events are in flight (NRI v0.12.1 and later, `RuntimeInfo.serves_unsolicited_updates`)
+and `send_updates` is set, the CPUs a released pod frees reach the containers that follow the node shared
+pool at once, in such a call made right after the StopPodSandbox handler returns.
 
 No decision stands unless the answer that applies it can be sent. An answer holds as many updates as fit
 under the runtime's message limit (`MAX_REPLY_BYTES`, measured encoded); the rest stay pending in
@@ -45,7 +50,7 @@ import functools
 import gc
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
@@ -236,6 +241,11 @@ class PodLevelPlugin(Handler):
         self._save_error: str | None = None
         self._cgroups_paths: dict[str, str] = {}
         self._refusals: dict[str, str] = {}
+        self._refuse_sandboxes = False
+        self._push_released = False
+        self.send_updates: Callable[[Updates], Awaitable[Sequence[api.ContainerUpdate]]] | None = None
+        """The stub's `update_containers`, for the updates a release makes (see the module docstring)."""
+        self._pushes: set[asyncio.Task[int]] = set()
         self._synchronized = False
         self._lock = threading.RLock()
         """Held by every handler while it changes the node, and by `snapshot` while it copies it."""
@@ -357,8 +367,12 @@ class PodLevelPlugin(Handler):
             self._writer.close()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
-        log.info("runtime {runtime} {version}; engine on {node}", runtime=runtime.name,
-                 version=runtime.version, node=self.placement.engine.topology.describe())
+        self._refuse_sandboxes = runtime.rolls_back_refused_sandbox
+        self._push_released = runtime.serves_unsolicited_updates
+        refusals = "RunPodSandbox" if self._refuse_sandboxes else "the first CreateContainer"
+        log.info("runtime {runtime} {version}; engine on {node}; pods are refused at {refusals}",
+                 runtime=runtime.name, version=runtime.version,
+                 node=self.placement.engine.topology.describe(), refusals=refusals)
 
     @_exclusive
     def synchronize(
@@ -420,12 +434,16 @@ class PodLevelPlugin(Handler):
     @_exclusive
     def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Admit the pod before any of its containers; the checkpoint is written before the answer. A
-        refusal answers nothing here (see the module docstring): the pod's first CreateContainer decides
-        again, logs, counts and answers it."""
+        refusal fails the event where the runtime then shuts the sandbox down; elsewhere it answers nothing
+        (see the module docstring) and the pod's first CreateContainer decides again, logs, counts and
+        answers it."""
+        sandbox = sandbox_of(pod)
         try:
-            decision = self.placement.run_sandbox(sandbox_of(pod))
-        except (AdmissionError, InputError):
-            return
+            decision = self.placement.run_sandbox(sandbox)
+        except (AdmissionError, InputError) as err:
+            if not self._refuse_sandboxes:
+                return
+            raise self._refusal(pod, sandbox, err) from None
         if decision is not None:
             self.observer.admitted(self.placement.state, decision)
         self._commit(within=ADMISSION_WRITTEN_WITHIN_S)
@@ -443,18 +461,8 @@ class PodLevelPlugin(Handler):
             settings, changed, admitted = placement.create(
                 sandbox, container.id, container.name, runtime_resources(container.linux.resources)
             )
-        except AdmissionError as err:
-            log.warning("refused {pod} container {container}: {error_type}: {reason}", pod=_key(pod),
-                        container=name, error_type=err.type, resource=err.resource, reason=err.message)
-            self.observer.refused(self.placement.is_pod_level(sandbox), err)
-            self._refused(pod, f"{err.type}: {err.message}")
-            raise RpcError(Code.FAILED_PRECONDITION, f"{err.type}: {err.message}") from None
-        except InputError as err:
-            log.warning("bad pod shape for {pod}: {error}", pod=_key(pod), container=name, error=err,
-                        error_type=error_type(err), rule=err.rule, reason=err.message)
-            self.observer.refused(False, err)
-            self._refused(pod, str(err))
-            raise RpcError(Code.INVALID_ARGUMENT, str(err)) from None
+        except (AdmissionError, InputError) as err:
+            raise self._refusal(pod, sandbox, err, name) from None
         adjust = api.ContainerAdjustment()
         adjust.linux.resources.cpu.CopyFrom(linux_cpu(settings))
         room = MAX_REPLY_BYTES - field_size(adjust)
@@ -525,9 +533,28 @@ class PodLevelPlugin(Handler):
         self._durable()
         return updates
 
-    def _refused(self, pod: api.PodSandbox, reason: str) -> None:
-        self._refusals[pod.id] = reason
+    def _refusal(
+        self, pod: api.PodSandbox, sandbox: Sandbox, err: AdmissionError | InputError,
+        container: str | None = None,
+    ) -> RpcError:
+        """Log, count and keep a refusal of the pod (at `container`'s creation, or at its sandbox's start);
+        returns the error that fails the event."""
+        where = {} if container is None else {"container": container}
+        if isinstance(err, AdmissionError):
+            refused = "refused {pod}: {error_type}: {reason}" if container is None else (
+                "refused {pod} container {container}: {error_type}: {reason}")
+            log.warning(refused, pod=_key(pod), error_type=err.type, resource=err.resource,
+                        reason=err.message, **where)
+            self.observer.refused(self.placement.is_pod_level(sandbox), err)
+            text, code = f"{err.type}: {err.message}", Code.FAILED_PRECONDITION
+        else:
+            log.warning("bad pod shape for {pod}: {error}", pod=_key(pod), error=err,
+                        error_type=error_type(err), rule=err.rule, reason=err.message, **where)
+            self.observer.refused(False, err)
+            text, code = str(err), Code.INVALID_ARGUMENT
+        self._refusals[pod.id] = text
         self._stale = True
+        return RpcError(code, text)
 
     @_exclusive
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
@@ -540,6 +567,43 @@ class PodLevelPlugin(Handler):
         self._commit(within=RELEASE_WRITTEN_WITHIN_S)
         if released:
             log.info("released {pod}", pod=_key(pod))
+            if self._push_released and self.send_updates is not None:
+                task = asyncio.get_running_loop().create_task(self.push_pending())
+                self._pushes.add(task)
+                task.add_done_callback(self._pushes.discard)
+
+    async def pushes_done(self) -> list[int]:
+        """Wait for the release pushes in flight; how many containers each moved."""
+        return list(await asyncio.gather(*self._pushes))
+
+    async def push_pending(self) -> int:
+        """Send the pending updates in an UpdateContainers call of the plugin's own, outside any handler;
+        returns how many containers it moved. What the runtime did not take stays pending for the next
+        answer."""
+        sender = self.send_updates
+        if sender is None:
+            return 0
+        with self._lock:
+            changed = self.placement.take_pending_updates()
+            updates, groups = self._fit(changed, MAX_REPLY_BYTES)
+            self._commit()
+            self._durable()
+        if not changed:
+            return 0
+        try:
+            failed = await sender(updates)
+        except RpcError as err:
+            with self._lock:
+                self.placement.defer(changed)
+            log.warning("freed CPUs wait for the next answer: UpdateContainers failed: {error}", error=err)
+            return 0
+        if failed:
+            with self._lock:
+                self.placement.defer(u.container_id for u in failed)
+        moved = len(changed) - len(failed)
+        log.info("updated {count} containers after a release: {settings}", count=moved,
+                 settings="; ".join(f"{s.assignment.value} cpus={s.cpus}" for s in groups))
+        return moved
 
     @_exclusive
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:

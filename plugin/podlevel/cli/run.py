@@ -212,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
                 check_launched_socket(stub.socket_fd)
             else:
                 stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
+            handler.send_updates = stub.update_containers
             podresources = podresources_server(args, handler) if args.podresources_socket else None
             if podresources is not None:
                 undo.callback(podresources.stop)

@@ -53,6 +53,13 @@ EVENTS_FROM_V0_10: Final = 0x3FFF
 _FIRST_RELEASE_WITH_V0_10: Final = {"containerd": (2, 2), "cri-o": (1, 34)}
 
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+
+# The first release of each containerd line whose CRI RunPodSandbox shuts the sandbox down when an NRI
+# plugin fails the event (containerd PR 13399, backported as 13644 and 13645); before, the pause container
+# kept running and the kubelet retried with new sandboxes. Lines from 2.4 have it; older lines never will.
+_SANDBOX_ROLLED_BACK_FROM: Final = {(2, 2): 6, (2, 3): 3}
+_SANDBOX_ROLLED_BACK_LINES_FROM: Final = (2, 4)
 
 
 def mask_of(events: Iterable[Event]) -> int:
@@ -89,6 +96,27 @@ def valid_events(runtime_name: str, runtime_version: str, nri_version: str) -> i
     return EVENTS_BEFORE_V0_10
 
 
+def rolls_back_refused_sandbox(runtime_name: str, runtime_version: str) -> bool:
+    """Whether a RunPodSandbox the plugin fails leaves no sandbox running (containerd 2.2.6, 2.3.3, 2.4 and
+    later); False for anything else, including versions that cannot be read."""
+    match = _RELEASE.match(runtime_version.strip())
+    if runtime_name != "containerd" or match is None:
+        return False
+    line, patch = (int(match[1]), int(match[2])), int(match[3])
+    if line >= _SANDBOX_ROLLED_BACK_LINES_FROM:
+        return True
+    first = _SANDBOX_ROLLED_BACK_FROM.get(line)
+    return first is not None and patch >= first
+
+
+def serves_unsolicited_updates(nri_version: str) -> bool:
+    """Whether a plugin's own UpdateContainers call is safe while runtime events are in flight: NRI from
+    v0.12.1 no longer holds its lock across the runtime's update (containerd issue 13733, NRI PR 301);
+    before, the call could deadlock the runtime. Only releases that send their NRI version can have it."""
+    match = _RELEASE.match(nri_version.strip())
+    return match is not None and (int(match[1]), int(match[2]), int(match[3])) >= (0, 12, 1)
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeInfo:
     """The runtime as its Configure request describes it; timeouts in seconds (0 when not announced)."""
@@ -99,6 +127,10 @@ class RuntimeInfo:
     registration_timeout: float
     request_timeout: float
     valid_events: int
+    rolls_back_refused_sandbox: bool = False
+    """A failed RunPodSandbox leaves nothing running, so a pod can be refused at its admission."""
+    serves_unsolicited_updates: bool = False
+    """The plugin may send UpdateContainers of its own at any time (`serves_unsolicited_updates`)."""
 
     @classmethod
     def from_configure(cls, request: api.ConfigureRequest) -> RuntimeInfo:
@@ -109,4 +141,7 @@ class RuntimeInfo:
             registration_timeout=request.registration_timeout / 1000,
             request_timeout=request.request_timeout / 1000,
             valid_events=valid_events(request.runtime_name, request.runtime_version, request.NRI_version),
+            rolls_back_refused_sandbox=rolls_back_refused_sandbox(
+                request.runtime_name, request.runtime_version),
+            serves_unsolicited_updates=serves_unsolicited_updates(request.NRI_version),
         )

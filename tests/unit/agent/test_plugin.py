@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.manager import Assignment, Checkpointed, NodeState, PodDecision
 from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
+from podlevel.nri.runtime import EVENTS_FROM_V0_10, RuntimeInfo
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
@@ -497,6 +499,28 @@ def test_a_pod_refused_at_its_sandbox_fails_its_first_container_with_the_kubelet
     assert plugin.snapshot.refusals == {} and plugin.snapshot.placement.sandboxes == {}
 
 
+def test_where_the_runtime_rolls_a_failed_sandbox_back_the_pod_is_refused_at_its_sandbox() -> None:
+    """containerd 2.2.6, 2.3.3 and 2.4 shut a sandbox down when a plugin fails RunPodSandbox: the refusal is
+    answered there, logged and counted once, and nothing of the pod is kept but the refusal."""
+    counted = Counted()
+    plugin = PodLevelPlugin(Placement(new_engine()), observer=counted)
+    plugin.configure(RuntimeInfo("containerd", "2.4.2", "0.12.3", 5.0, 2.0, EVENTS_FROM_V0_10,
+                                 rolls_back_refused_sandbox=True), "")
+    no_room = sandbox(fast_path("no-room", 2, 2))
+    before = plugin.placement.state
+
+    with pytest.raises(RpcError) as raised:
+        plugin.run_pod_sandbox(no_room)
+
+    assert raised.value.code == Code.FAILED_PRECONDITION
+    assert raised.value.message.startswith("EmptyPodSharedPoolError: pod default/no-room: ")
+    assert plugin.placement.state is before and counted.refusals == ["EmptyPodSharedPoolError"]
+    assert plugin.snapshot.refusals == {"sb-no-room": raised.value.message}
+    plugin.stop_pod_sandbox(no_room)
+    plugin.remove_pod_sandbox(no_room)
+    assert plugin.snapshot.refusals == {} and plugin.snapshot.placement.sandboxes == {}
+
+
 def test_a_shape_the_sandbox_contradicts_fails_the_first_container_as_an_invalid_argument() -> None:
     plugin = PodLevelPlugin(Placement(new_engine()))
     fast = sandbox(fast_path())
@@ -614,3 +638,60 @@ def test_the_pod_cgroups_a_synchronize_leaves_are_written_a_few_per_loop_step(
         return counts
 
     assert asyncio.run(main()) == [0, 1, 2]
+
+
+Sender = Callable[[Sequence[api.ContainerUpdate]], Awaitable[Sequence[api.ContainerUpdate]]]
+
+
+def released_fast_path(sender: Sender, *, unsolicited: bool) -> tuple[PodLevelPlugin, CPUSet]:
+    """web in the node shared pool, fast-path's bubble, then fast-path stopped on a runtime that serves the
+    plugin's own updates or not: the plugin, and the CPUs web held beside the bubble."""
+    plugin = PodLevelPlugin(Placement(new_engine()))
+    plugin.configure(RuntimeInfo("containerd", "2.4.2", "v0.12.3", 5.0, 2.0, EVENTS_FROM_V0_10,
+                                 rolls_back_refused_sandbox=True, serves_unsolicited_updates=unsolicited), "")
+    plugin.send_updates = sender
+    web, fast = sandbox(None), sandbox(fast_path())
+    plugin.create_container(web, container(web, "server"))
+    plugin.create_container(fast, container(fast, "app"))
+    narrowed = plugin.placement.applied["web-server"].cpus
+    plugin.stop_pod_sandbox(fast)
+    return plugin, narrowed
+
+
+@pytest.mark.parametrize("unsolicited", [True, False], ids=["nri-0.12.1-and-later", "older-nri"])
+def test_freed_cpus_reach_the_node_shared_pool_at_once_where_the_runtime_serves_a_plugins_own_update(
+        unsolicited: bool) -> None:
+    """After a release, an UpdateContainers call of the plugin's own widens the node-shared containers at
+    once, made outside the StopPodSandbox handler; an older runtime gets them with the next answer."""
+    sent: list[list[str]] = []
+
+    async def sender(updates: Sequence[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+        sent.append([u.container_id for u in updates])
+        return []
+
+    async def scenario() -> None:
+        plugin, narrowed = released_fast_path(sender, unsolicited=unsolicited)
+        await plugin.pushes_done()
+
+        assert sent == ([["web-server"]] if unsolicited else [])
+        web = sandbox(None)
+        later = plugin.stop_container(web, container(web, "server"))
+        assert [u.container_id for u in later] == ([] if unsolicited else ["web-server"])
+        widened = plugin.placement.applied["web-server"].cpus
+        assert narrowed.is_subset(widened) and narrowed != widened, "the pod's CPUs went back to the pool"
+
+    asyncio.run(scenario())
+
+
+def test_an_update_the_runtime_refused_rides_on_the_next_answer() -> None:
+    async def refusing(updates: Sequence[api.ContainerUpdate]) -> list[api.ContainerUpdate]:
+        raise RpcError(Code.UNAVAILABLE, "not connected to the runtime")
+
+    async def scenario() -> None:
+        plugin, _ = released_fast_path(refusing, unsolicited=True)
+        assert await plugin.pushes_done() == [0]
+        web = sandbox(None)
+        later = plugin.stop_container(web, container(web, "server"))
+        assert [u.container_id for u in later] == ["web-server"]
+
+    asyncio.run(scenario())

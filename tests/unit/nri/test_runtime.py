@@ -13,6 +13,8 @@ from podlevel.nri.runtime import (
     describe_mask,
     events_in,
     mask_of,
+    rolls_back_refused_sandbox,
+    serves_unsolicited_updates,
     valid_events,
 )
 
@@ -76,3 +78,29 @@ def test_runtime_info_from_configure() -> None:
     assert RuntimeInfo.from_configure(request) == RuntimeInfo(
         "containerd", "2.2.1", "", 5.0, 2.5, EVENTS_FROM_V0_10
     )
+
+
+@pytest.mark.parametrize(("name", "version", "rolls_back"), [
+    ("containerd", "2.1.9+unknown", False),
+    ("containerd", "v2.2.5", False),
+    ("containerd", "v2.2.6", True),
+    ("containerd", "2.3.2", False),
+    ("containerd", "2.3.3+unknown", True),
+    ("containerd", "v2.4.2", True),
+    ("containerd", "2.5.0", True),
+    ("containerd", "3.0.0", True),
+    ("containerd", "1.7.30", False),
+    ("containerd", "v2", False),
+    ("cri-o", "1.35.0", False),
+])
+def test_a_refused_sandbox_is_rolled_back_from_containerd_2_2_6_2_3_3_and_2_4(
+        name: str, version: str, rolls_back: bool) -> None:
+    assert rolls_back_refused_sandbox(name, version) is rolls_back
+
+
+@pytest.mark.parametrize(("nri_version", "serves"), [
+    ("", False), ("v0.12.0", False), ("v0.12.1", True), ("0.12.3", True), ("v0.13.0", True),
+    ("v1.0.0", True), ("v0.11.0", False), ("unknown", False),
+])
+def test_a_plugins_own_update_is_served_from_nri_0_12_1(nri_version: str, serves: bool) -> None:
+    assert serves_unsolicited_updates(nri_version) is serves
