@@ -87,3 +87,22 @@ def test_readme_explains_fields_in_its_table_only(tmp_path: Path) -> None:
                       "### Security\n\n| `cgroup cpu.max` | elsewhere |\n")
     assert explained_fields(readme) == {"refused as"}
     assert {"refused as", "refusal rule", "pod cgroup cpuset.cpus.effective"} <= explained_fields()
+
+
+def test_a_pod_admitted_on_one_side_only_differs_by_its_admission_alone() -> None:
+    """kubelet v1.37.2 refuses its own running pods when it restarts (kubernetes#140989): that is one
+    difference, not one per field the plugin still records for the pod."""
+    kubelet = {"after-restart": {Field("p", POD, "admission"): "refused",
+                                 Field("p", POD, "refusal rule"): "UnexpectedAdmissionError",
+                                 Field("q", "app", "cgroup cpu.max"): "max 100000"},
+               "writes": {Field("q", "app", "writes of cpu.max"): "0"}}
+    plugin = {"after-restart": {Field("p", POD, "admission"): "admitted",
+                                Field("p", "app", "cgroup cpu.max"): "max 100000",
+                                Field("q", "app", "cgroup cpu.max"): "max 100000"},
+              "writes": {Field("p", "app", "writes of cpu.max"): "0",
+                         Field("q", "app", "writes of cpu.max"): "0"}}
+    _, found = differences("s", kubelet, plugin)
+    assert [(d["pod"], d["field"], d["kubelet"], d["plugin"]) for d in found] == [
+        ("p", "after-restart: admission", "refused", "admitted"),
+        ("p", "after-restart: refusal rule", "UnexpectedAdmissionError", "(none)"),
+        ("p", "writes: running", "no", "yes")]
