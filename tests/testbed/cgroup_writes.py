@@ -2,7 +2,8 @@
 kubelet and the plugin writing different values in turn) show as writes in a window where nothing changed.
 
 A write to a cgroup file goes through the VFS like any other, so it raises IN_MODIFY on a watch of the file;
-reads do not. Linux only (ctypes over libc's inotify calls).
+reads do not. The kernel merges an event with an identical one still unread, so writes in quick succession
+may count once: a count is a lower bound, and zero means no write. Linux only (ctypes over libc's inotify).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import select
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -25,9 +26,10 @@ _EVENT: Final = struct.Struct("iIII")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def count_writes(files: Mapping[str, Path], seconds: float) -> Counter[str]:
-    """Writes to each of `files` (label -> path) during the next `seconds`; a file that cannot be watched
-    (gone) counts nothing."""
+def count_writes(files: Mapping[str, Path], seconds: float,
+                 during: Callable[[], object] | None = None) -> Counter[str]:
+    """Writes to each of `files` (label -> path) during the next `seconds`, `during` called once the
+    watches are in place; a file that cannot be watched (gone) counts nothing."""
     fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
     if fd < 0:
         raise OSError(ctypes.get_errno(), "inotify_init1")
@@ -37,6 +39,8 @@ def count_writes(files: Mapping[str, Path], seconds: float) -> Counter[str]:
             watch = _libc.inotify_add_watch(fd, os.fsencode(path), IN_MODIFY)
             if watch >= 0:
                 labels[watch] = label
+        if during is not None:
+            during()
         counted: Counter[str] = Counter()
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:

@@ -14,6 +14,7 @@ import pytest
 from vm_support import CGROUP_ROOT, GuestShape, Member, mkcgroup, read, write
 
 from podlevel.engine.cpuset import CPUSet
+from testbed.cgroup_writes import count_writes
 
 pytestmark = pytest.mark.vm
 
@@ -212,3 +213,17 @@ def test_memory_max_is_enforced_by_the_oom_killer(kubepods: Path, member: type[M
     assert int(events["oom_kill"]) >= 1
     write(pod / "memory.max", "max")
     assert read(pod / "memory.max") == "max"
+
+
+def test_inotify_counts_writes_to_cgroup_files_and_not_reads(kubepods: Path) -> None:
+    """What `hack/kubelet-compare` counts a write war with: a write to a cgroup file raises IN_MODIFY on
+    it like on any file, a read does not, and an untouched file counts nothing."""
+    pod = mkcgroup(kubepods / "pod-watched")
+    files = {"cpu.max": pod / "cpu.max", "cpuset.cpus": pod / "cpuset.cpus", "cpu.weight": pod / "cpu.weight"}
+
+    def owner_at_work() -> None:
+        write(pod / "cpu.max", "200000 100000")
+        read(pod / "cpuset.cpus")
+
+    counted = count_writes(files, 0.5, during=owner_at_work)
+    assert (counted["cpu.max"], counted["cpuset.cpus"], counted["cpu.weight"]) == (1, 0, 0)
