@@ -27,6 +27,8 @@ pytestmark = pytest.mark.vm
 
 BASE: Final = Path("/run/nri-podlevel-vm-podlevel")
 LOG_TIMEOUT_S: Final = 30.0
+# Python's start-up under TCG on a loaded host (another guest, a build) has taken over 30 s.
+REGISTER_TIMEOUT_S: Final = 120.0
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def plugin(guest: GuestShape) -> Iterator[tuple[CRI, PluginProcess]]:
         process = PluginProcess(ctrd.nri_socket, state_dir=BASE / "plugin-state",
                                 prefix="  plugin (guest) | ")
         try:
-            process.wait_registered()
+            process.wait_registered(REGISTER_TIMEOUT_S)
             with ctrd.cri() as client:
                 yield client, process
                 client.remove_all()
