@@ -1,6 +1,7 @@
 """A real kubelet v1.37 on the same static pods twice: its own managers, then the plugin.
 
-    hack/kubelet-compare [--quick] [--json] [--topologies 2,4] [--flavours 2] [--scenario NAME]...
+    hack/kubelet-compare [--quick] [--json] [--topologies 2,4] [--flavours 2,2.4] [--scenario NAME]...
+    hack/kubelet-compare --latency N      pod start latency instead (`testbed.start_latency`)
 
 On the host it builds the kubelet (`hack/build-go-tools`), fetches containerd, and boots one cgroup-v2 guest
 per topology and containerd flavour (`hack/vm-run`); inside, `guest` runs every scenario
