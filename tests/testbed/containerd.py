@@ -133,7 +133,7 @@ def shim_socket(argv: list[str]) -> Path | None:
     return SHIM_SOCKET_DIR / hashlib.sha256(key.encode()).hexdigest()
 
 
-def _mount_points() -> list[str]:
+def mount_points() -> list[str]:
     points = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4]
@@ -141,7 +141,16 @@ def _mount_points() -> list[str]:
     return points
 
 
-def _cgroup_mounts() -> list[Path]:
+def unmount_under(base: Path) -> None:
+    """Unmount everything mounted below `base`, deepest first (lazily when busy); failures are logged."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    prefix = f"{base}/"
+    for point in sorted((m for m in mount_points() if m.startswith(prefix)), reverse=True):
+        if libc.umount2(point.encode(), 0) != 0 and libc.umount2(point.encode(), _MNT_DETACH) != 0:
+            log.warning("cannot unmount %s: %s", point, os.strerror(ctypes.get_errno()))
+
+
+def cgroup_mounts() -> list[Path]:
     """Mount points of every cgroup hierarchy (v1 controllers, the v2 unified tree, or a pure v2 root)."""
     mounts = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -527,12 +536,12 @@ state = '{b}/state'
     def mounts(self) -> list[str]:
         """Mount points under `base`, deepest first."""
         prefix = f"{self.base}/"
-        return sorted((m for m in _mount_points() if m.startswith(prefix)), reverse=True)
+        return sorted((m for m in mount_points() if m.startswith(prefix)), reverse=True)
 
     def cgroup_dirs(self) -> list[Path]:
         """Cgroup directories under `cgroup_root` in every hierarchy, deepest first."""
         found: list[Path] = []
-        for mount in _cgroup_mounts():
+        for mount in cgroup_mounts():
             top = mount / self.cgroup_root.lstrip("/")
             if top.is_dir():
                 found.extend(Path(d) for d, _, _ in os.walk(top, topdown=False))
@@ -572,10 +581,7 @@ state = '{b}/state'
         wait_until(lambda: not self.shim_pids(), STOP_TIMEOUT_S, f"shims of {self.base} exit after SIGKILL")
 
     def _unmount(self) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        for point in self.mounts():
-            if libc.umount2(point.encode(), 0) != 0 and libc.umount2(point.encode(), _MNT_DETACH) != 0:
-                log.warning("cannot unmount %s: %s", point, os.strerror(ctypes.get_errno()))
+        unmount_under(self.base)
 
     def _remove_cgroups(self) -> None:
         for directory in self.cgroup_dirs():

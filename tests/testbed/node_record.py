@@ -24,6 +24,7 @@ import grpc
 
 from podlevel._proto.podresources import api_pb2 as pr
 from podlevel._proto.podresources import api_pb2_grpc as pr_grpc
+from podlevel.engine.cpuset import CPUSet
 from testbed import cgroupfs
 from testbed.cri import CRI, ContainerSummary, PodSummary
 
@@ -140,15 +141,6 @@ def record_state(cpu_state: Path, memory_state: Path, uids: Mapping[str, str]) -
     return record
 
 
-def _cpus(text: str) -> frozenset[int]:
-    """A Linux CPU list (`0-3,8`) as a set."""
-    found: set[int] = set()
-    for part in filter(None, text.strip().split(",")):
-        first, _, last = part.partition("-")
-        found.update(range(int(first), int(last or first) + 1))
-    return frozenset(found)
-
-
 def converged(cri: CRI, node_name: str, cpu_state: Path) -> bool:
     """Whether every running container's cgroup asks for the CPUs the CPU state file gives it (its entry, else
     the default set): the kubelet's reconcile (every `cpuManagerReconcilePeriod`) or the plugin's answers
@@ -157,7 +149,7 @@ def converged(cri: CRI, node_name: str, cpu_state: Path) -> bool:
     if "defaultCpuSet" not in cpu:
         return True
     entries = cpu.get("entries") or {}
-    default = _cpus(str(cpu["defaultCpuSet"]))
+    default = CPUSet.parse(str(cpu["defaultCpuSet"]))
     for sandbox in live_sandboxes(cri):
         for name, container in newest_containers(cri, sandbox).items():
             info = cri.container_status(container.id)
@@ -165,7 +157,7 @@ def converged(cri: CRI, node_name: str, cpu_state: Path) -> bool:
                 continue
             wanted = entries.get(sandbox.uid, {}).get(name)
             held = cgroupfs.read_cgroup(info.cgroups_path).cpus
-            if _cpus(held) != (default if wanted is None else _cpus(wanted)):
+            if CPUSet.parse(held) != (default if wanted is None else CPUSet.parse(wanted)):
                 return False
     return True
 

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import yaml
 
-from testbed.containerd import Containerd, _cgroup_mounts, _mount_points
+from testbed.containerd import Containerd, cgroup_mounts, unmount_under
 from testbed.node_record import live_sandboxes, manifest_name
 from testbed.plugin_process import PluginProcess
 from testbed.wait import DeadlineExceeded, wait_until
@@ -160,9 +160,8 @@ class RealKubelet:
             raise KubeletError("clear() needs the kubelet stopped first")
         with self.ctrd.cri() as cri:
             cri.remove_all()
-        for point in sorted((m for m in _mount_points() if m.startswith(f"{self.base}/")), reverse=True):
-            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
-        for mount in _cgroup_mounts():
+        unmount_under(self.base)
+        for mount in cgroup_mounts():
             top = mount / KUBEPODS
             if top.is_dir():
                 for directory, _, _ in sorted(os.walk(top), key=lambda entry: -len(entry[0])):
