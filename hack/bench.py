@@ -84,8 +84,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 
 from google.protobuf.message import Message
 
+from podlevel.agent.nri_messages import linux_cpu, runtime_resources, sandbox_of
 from podlevel.agent.placement import Placement
-from podlevel.agent.plugin import PodLevelPlugin, linux_cpu, runtime_resources, sandbox_of
+from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Settings
 from podlevel.cli.log_output import configure_logging

@@ -22,16 +22,18 @@ from hypothesis import strategies as st
 
 from podlevel.agent.placement import Placed, Placement
 from podlevel.agent.records import Observed, Sandbox, Settings
+from podlevel.agent.resync import Resynced
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, Checkpointed
-from podlevel.engine.memory_policy import StaticMemoryPolicy
+from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Pod
+from podlevel.engine.restore import Checkpointed
 from podlevel.engine.topology_manager import Scope, TopologyPolicyName
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import RuntimeResources, sandbox_resources
 from support.builders import GI, MI, app, burstable, guaranteed, new_engine, pod, sidecar
 from support.fuzzing import fuzz_settings
+from support.memory_state import check_memory_state
 
 
 @st.composite
@@ -60,8 +62,9 @@ def sandbox(index: int, shape: Pod | None) -> Sandbox:
     return Sandbox(f"sb-{index}", f"uid-{index}", f"p{index}", "default", annotations, sent)
 
 
-def _held(settings: Settings) -> tuple[CPUSet, tuple[int, ...], int | None]:
-    return settings.cpus, settings.mems, settings.cpu_quota_us
+def _holding(container_id: str, sandbox_id: str, name: str, settings: Settings) -> Observed:
+    """A container as Synchronize reports it, holding `settings`."""
+    return Observed(container_id, sandbox_id, name, settings.cpus, settings.mems, settings.cpu_quota_us)
 
 
 def check(placement: Placement) -> None:
@@ -111,7 +114,7 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
         elif action == "restart":
             live.take_pending_updates()
             rows = [
-                Observed(cid, f"sb-{cid.split('/')[0][1:]}", cid.split("/")[1], *_held(s))
+                _holding(cid, f"sb-{cid.split('/')[0][1:]}", cid.split("/")[1], s)
                 for cid, s in live.applied.items()
             ]
             # Some sidecars may have exited: the runtime no longer lists them, so those pods show the
@@ -123,7 +126,8 @@ def test_random_sequences_and_restarts(data: st.DataObject) -> None:
             partial |= {cid.split("/")[0] for cid in gone if cid}
             sandboxes = data.draw(st.permutations([box for box, _ in running.values()]))
             restarted = Placement(new_engine(scope=scope))
-            updates, refused = restarted.synchronize(sandboxes, rows)
+            resynced = restarted.synchronize(sandboxes, rows)
+            updates, refused = resynced.updates, resynced.kept_out
             assert refused == []
             whole = [
                 r.container_id for r in rows
@@ -213,7 +217,7 @@ def events(data: st.DataObject, step: int, live: Placement, boxes: dict[str, tup
     if action == "sync":
         # The runtime lists what it runs, and pods the plugin never saw (started while it was down): those
         # that no longer fit are refused and left in the node shared pool.
-        rows = [Observed(cid, *view.containers[cid], *_held(s)) for cid, s in view.applied.items()
+        rows = [_holding(cid, *view.containers[cid], s) for cid, s in view.applied.items()
                 if view.containers[cid][0] in boxes]
         for n in range(data.draw(st.integers(0, 4))):
             index = 100 + step * 10 + n
@@ -267,12 +271,12 @@ class Runtime:
             assert result == self.due(placement)
             handed = result
         elif step.kind == "sync":
-            assert isinstance(result, tuple)
-            updates, _ = result
+            assert isinstance(result, Resynced)
+            updates = result.updates
             self.deferred = set()
             rows = {cid: self.told.get(cid) for cid in placement.container_ids()}
             expected = {cid: placement.desired(cid) for cid, told in rows.items()
-                        if told is None or differs(Observed(cid, "", "", *_held(told)),
+                        if told is None or differs(_holding(cid, "", "", told),
                                                    placement.desired(cid))}
             assert updates == expected
             self.told = {cid: told for cid, told in rows.items() if told is not None}
@@ -355,11 +359,13 @@ def test_a_restart_from_both_checkpoints_keeps_the_memory_that_still_fits(data: 
     recorded = Checkpointed(live.state.cpu, live.state.memory)
 
     restarted = Placement(engine, recorded=recorded)
-    _, refused = restarted.synchronize([box for box, _ in shown], rows)
+    resynced = restarted.synchronize([box for box, _ in shown], rows)
+    refused = resynced.kept_out
 
     memory = restarted.state.memory
-    StaticMemoryPolicy(engine.topology, engine.config.reserved_memory).check_state(memory)
-    moved = dict(restarted.resync.moved)
+    assert engine.memory_policy is not None
+    check_memory_state(engine.memory_policy, memory)
+    moved = dict(resynced.tally.moved)
     for box, _ in shown:
         if box.id not in moved and box.id not in dict(refused):
             assert memory.entries.get(box.uid) == live.state.memory.entries.get(box.uid)
@@ -367,6 +373,6 @@ def test_a_restart_from_both_checkpoints_keeps_the_memory_that_still_fits(data: 
     if left is None:
         assert (moved, refused) == ({}, []), "under the same settings every pod keeps what it had"
     again = Placement(engine, recorded=recorded)
-    again.synchronize([box for box, _ in shown], rows)
-    assert again.state == restarted.state and again.resync == restarted.resync
+    again_resynced = again.synchronize([box for box, _ in shown], rows)
+    assert again.state == restarted.state and again_resynced.tally == resynced.tally
     event(f"{len(shown)} pods shown, {len(moved)} moved, {len(refused)} refused")

@@ -28,12 +28,12 @@ Rules:
   is reported.
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
-What it keeps are frozen `agent.records`; a restart's reconciliation is `agent.resync`, the shape check
-`podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~680 lines left are one job
-held together by one invariant (the class docstring): which containers' settings an event changed, found
-without looking at every container, and every change of a `create` recorded so its answer stands all or
-nothing (`_Undo`, which keeps the sandbox's frozen record); split further, each half would read the other's
-tables.
+What it keeps are frozen `agent.records`; a restart's plan is `agent.resync` (Synchronize applies it),
+the shape check `podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~670 lines
+left are one job held together by one invariant (the class docstring): which containers' settings an event
+changed, found without looking at every container, and every change of a `create` recorded so its answer
+stands all or nothing (`_Undo`, which keeps the sandbox's frozen record); split further, each half would
+read the other's tables.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ from podlevel.agent.records import (
     SandboxRecord,
     Settings,
 )
-from podlevel.agent.resync import Confinement, Resync, ResyncCount, held_cpus, recorded_cpus
+from podlevel.agent.resync import Resynced, Running, plan
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
-from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
-from podlevel.engine.manager import AdmissionPath, Assignment, Checkpointed, Engine, NodeState, PodDecision
+from podlevel.engine.manager import AdmissionPath, Assignment, Engine, NodeState, PodDecision
 from podlevel.engine.pod import Pod
+from podlevel.engine.restore import Checkpointed
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, check_annotated_identity, from_annotation
 from podlevel.podspec.runtime import RuntimeResources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox, kubelet_quota, verify_shape
@@ -140,7 +140,6 @@ class Placement:
         self.state: NodeState = engine.initial_state()
         self._recorded = recorded
         """The checkpoints a restarted plugin found, used by the first Synchronize only."""
-        self.resync = Resync()
         self._containers: dict[str, _Tracked] = {}
         self._by_sandbox: dict[str, dict[str, None]] = {}
         """sandbox id -> ids of its tracked containers (an ordered set), kept with `_containers`."""
@@ -290,26 +289,15 @@ class Placement:
             verify_shape(claimed, resources, f"{_pod_text(sandbox)} container {shown(name)}", required=True)
         self._records[sandbox.id] = record.checking(record.checked | {name})
 
-    def _admit(
-        self,
-        sandbox: Sandbox,
-        pod: Pod,
-        within: CPUSet | None = None,
-        recorded: Checkpointed | None = None,
-        *,
-        whole: bool = False,
-    ) -> PodDecision:
-        """Admit the sandbox's pod, its CPUs confined to `within` when given, or restored from `recorded`:
-        when `whole`, only with its recorded memory too (else _MemoryMoves, and nothing changes)."""
-        if recorded is not None:
-            restored = self.engine.restore(self.state, pod, recorded, within)
-            if whole and restored.memory_moved is not None:
-                raise _MemoryMoves(restored.memory_moved)
-            self.decisions.record(self.state, pod, recorded_cpus(recorded.cpu, pod.uid) or within)
-            self.state, decision = restored.state, restored.decision
-        else:
-            self.decisions.record(self.state, pod, within)
-            self.state, decision = self.engine.admit(self.state, pod, within=within)
+    def _admit(self, sandbox: Sandbox, pod: Pod) -> PodDecision:
+        """Admit the sandbox's pod by today's rules (AdmissionError: nothing changes)."""
+        self.decisions.record(self.state, pod)
+        self.state, decision = self.engine.admit(self.state, pod)
+        self._install(sandbox, pod, decision)
+        return decision
+
+    def _install(self, sandbox: Sandbox, pod: Pod, decision: PodDecision) -> None:
+        """Keep an admitted pod's decision: its containers' settings, its sandbox's record and pod cgroup."""
         self._pods[pod.uid] = {
             d.name: Settings(d.cpus, d.mems, d.cpu_quota_us, d.cpu_period_us, d.assignment)
             if d.assignment is not Assignment.NODE_SHARED
@@ -326,7 +314,6 @@ class Placement:
         self._records[sandbox.id] = self._records[sandbox.id].admitted(pod.uid, cgroup)
         self._regroup(sandbox.id)
         self._pod_cgroups_changed.add(sandbox.id)
-        return decision
 
     def _attach(self, sandbox: Sandbox, uid: str) -> None:
         """A sandbox of a pod admitted through another sandbox (the kubelet recreated it): it shares the pod's
@@ -375,17 +362,13 @@ class Placement:
             del self._pods[uid]
         return uid is not None
 
-    def synchronize(
-        self, sandboxes: Iterable[Sandbox], containers: Iterable[Observed | tuple[object, ...]]
-    ) -> tuple[dict[str, Settings], list[tuple[str, str]]]:
-        """Reconcile with everything the runtime runs (`Observed` rows; plain tuples in the same order).
+    def synchronize(self, sandboxes: Iterable[Sandbox], containers: Iterable[Observed]) -> Resynced:
+        """Reconcile with everything the runtime runs.
 
         Pods of sandboxes no longer given are released; admitted pods keep their allocations; the others
-        are admitted in the order their containers are given, each on the CPUs its containers hold now
-        when it still fits there (a restarted plugin takes its placement back instead of reshuffling). A
-        pod the engine refuses now is left in the node shared pool and reported once in the second result
-        as (sandbox id, reason). Returns the settings of every container whose cpuset, memory nodes or
-        quota differ from what they should be. Containers of sandboxes not given are ignored.
+        are taken back as `resync.plan` says (a restarted plugin takes its placement back instead of
+        reshuffling). A pod refused everywhere is left in the node shared pool and reported once in
+        `kept_out`. Containers of sandboxes not given are ignored.
         """
         self.generation += 1
         by_id = {s.id: s for s in sandboxes}
@@ -398,64 +381,42 @@ class Placement:
         self._followers.clear()
         observed: dict[str, Observed] = {}
         by_sandbox: dict[str, list[Observed]] = {}
-        for row in containers:
-            seen = row if isinstance(row, Observed) else Observed(*row)  # type: ignore[arg-type]
+        for seen in containers:
             if seen.sandbox_id in by_id:
                 observed[seen.container_id] = seen
                 by_sandbox.setdefault(seen.sandbox_id, []).append(seen)
-        recorded, self._recorded = self._recorded, None
-        recorded_cpu = recorded.cpu if recorded is not None else None
-        refused: dict[str, str] = {}
-        waiting: list[tuple[Sandbox, Pod, CPUSet | None]] = []
-        shapes = self._shapes
+        kept_out: list[tuple[str, str]] = []
+        running: list[Running] = []
         for sandbox_id, rows in by_sandbox.items():
             names = frozenset(seen.name for seen in rows)
             self._records[sandbox_id] = self._records[sandbox_id].checking(names)
             try:
-                pod = shapes.of(by_id[sandbox_id])
+                pod = self._shapes.of(by_id[sandbox_id])
             except InputError as err:
-                refused[sandbox_id] = str(err)
+                kept_out.append((sandbox_id, str(err)))
                 continue
             if pod is not None and pod.uid in self._pods:
                 self._attach(by_id[sandbox_id], pod.uid)
             elif pod is not None:
-                held = recorded_cpus(recorded_cpu, pod.uid) if recorded_cpu is not None else None
-                pod_level = self.engine.admission_path(pod) is AdmissionPath.POD_LEVEL
-                waiting.append((by_id[sandbox_id], pod, held or held_cpus(pod, rows, pod_level=pod_level)))
-        resync = ResyncCount(recorded, {pod.uid for _, pod, _ in waiting})
-        # Every pod first where its checkpoints recorded it, then where it runs (its memory re-placed), then
-        # on its NUMA nodes, then anywhere: a pod that had to move must not take the CPUs or memory another
-        # pod, listed later, still holds.
-        errors: dict[str, str] = {}
-        for confinement in Confinement:
-            still: list[tuple[Sandbox, Pod, CPUSet | None]] = []
-            whole = confinement is Confinement.ITS_RECORD
-            for sandbox, pod, held in waiting:
-                within = confinement.within(held, self.engine.topology)
-                restoring = confinement.restores and resync.has_record(pod.uid)
-                # A pod its checkpoints hold without exclusive CPUs (its memory alone) holds none to stay on.
-                if ((within is None and confinement is not Confinement.ANYWHERE and not restoring)
-                        or (whole and not restoring)):
-                    still.append((sandbox, pod, held))
-                    continue
-                try:
-                    self._admit(sandbox, pod, within, recorded if restoring else None, whole=whole)
-                except (AdmissionError, _MemoryMoves) as err:
-                    errors.setdefault(sandbox.id, str(err))
-                    still.append((sandbox, pod, held))
-                    continue
-                resync.placed(sandbox.id, pod.uid, self.state.cpu, errors.get(sandbox.id), restoring)
-            waiting = still
-        for sandbox, pod, _ in waiting:
-            refused[sandbox.id] = errors[sandbox.id]
-            self._records[sandbox.id] = self._records[sandbox.id].keeping_out(pod)
+                running.append(Running(sandbox_id, pod, rows))
+        recorded, self._recorded = self._recorded, None
+        resync = plan(recorded, running, self.engine, self.state)
+        self.state = resync.state
+        for step in resync.steps:
+            if step.pod is None:
+                continue
+            if step.decision is not None and step.decided_on is not None:
+                self.decisions.record(step.decided_on, step.pod, step.within)
+                self._install(by_id[step.sandbox_id], step.pod, step.decision)
+            else:
+                kept_out.append((step.sandbox_id, step.why or ""))
+                self._records[step.sandbox_id] = self._records[step.sandbox_id].keeping_out(step.pod)
         # Each container that ran had the memory manager forget the standard init containers before it
         # (`AddContainer`), before the restart as now.
         for sandbox_id, rows in by_sandbox.items():
             if (uid := self._records[sandbox_id].pod_uid) is not None:
                 for seen in rows:
                     self.state = self.engine.container_added(self.state, uid, seen.name)
-        self.resync = resync.report()
         # Containers are tracked, and their settings computed, once every pod is back: per pod they would
         # cost quadratic time.
         self.applied = {
@@ -466,7 +427,7 @@ class Placement:
         self._unsent = set()
         self._regrouped = set()
         updates = {cid: s for cid, s in self.applied.items() if _differs(observed[cid], s)}
-        return updates, list(refused.items())
+        return Resynced(updates, kept_out, resync.tally())
 
     # -- views ---------------------------------------------------------------------------------------------
 
@@ -616,10 +577,6 @@ class Placement:
 
 _ABSENT = object()
 """A table entry that was not there."""
-
-
-class _MemoryMoves(Exception):
-    """A pod taken back whole from its checkpoints cannot keep its recorded memory; the message says why."""
 
 
 class _Undo:

@@ -54,6 +54,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from podlevel.agent.events import Observer, error_type
+from podlevel.agent.nri_messages import (
+    by_settings,
+    linux_cpu,
+    observed_of,
+    runtime_resources,
+    sandbox_of,
+    updates_of,
+)
 from podlevel.agent.placement import Placement
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Observed, Sandbox, Settings, runtime_pod_key
@@ -61,7 +69,7 @@ from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.limits import quote, shown
+from podlevel.engine.limits import shown
 from podlevel.engine.manager import NodeState
 from podlevel.eventlog import logger
 from podlevel.nri import (
@@ -78,8 +86,6 @@ from podlevel.nri import (
     field_size,
     updates_within,
 )
-from podlevel.podspec.manifest import SHAPE_ANNOTATION
-from podlevel.podspec.runtime import RuntimeResources
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
 from podlevel.state.writer import CheckpointWriter
@@ -98,96 +104,6 @@ POD_CGROUPS_PER_STEP: Final = 64
 every pod's to write, and the requests that arrive meanwhile go between the steps."""
 
 
-def runtime_resources(resources: api.LinuxResources) -> RuntimeResources:
-    return RuntimeResources(
-        cpu_shares=resources.cpu.shares.value,
-        cpu_quota=max(0, resources.cpu.quota.value),
-        cpu_period=resources.cpu.period.value,
-        memory_limit=max(0, resources.memory.limit.value),
-    )
-
-
-def sandbox_of(pod: api.PodSandbox) -> Sandbox:
-    """What the plugin keeps of a sandbox: of its annotations only the shape (pods often carry kilobytes of
-    others, `last-applied-configuration` among them, and the plugin keeps every sandbox it was shown)."""
-    shape = pod.annotations.get(SHAPE_ANNOTATION)
-    return Sandbox(
-        pod.id, pod.uid, pod.name, pod.namespace, {} if shape is None else {SHAPE_ANNOTATION: shape},
-        runtime_resources(pod.linux.pod_resources), pod.linux.cgroup_parent,
-    )
-
-
-def observed_of(container: api.Container, cpus: CPUSet, nodes: CPUSet) -> tuple[Observed, str | None]:
-    """A container as the runtime reports it, and why its cpuset or memory nodes were unreadable (None when
-    both were read). Ids are held to the machine's (`cpus`, NUMA `nodes`): a list naming CPUs or NUMA nodes
-    this machine does not have is unknown, as if the runtime had set none, and costs no more than parsing
-    the machine's own."""
-    cpu = container.linux.resources.cpu
-    cpu_ids, cpus_problem = _ids(cpu.cpus, cpus, "CPU")
-    mems, mems_problem = _ids(cpu.mems, nodes, "NUMA node")
-    observed = Observed(
-        container.id,
-        container.pod_sandbox_id,
-        container.name,
-        cpu_ids,
-        tuple(mems) if mems else None,
-        cpu.quota.value if cpu.HasField("quota") else None,
-    )
-    return observed, cpus_problem or mems_problem
-
-
-def linux_cpu(settings: Settings) -> api.LinuxCPU:
-    cpu = api.LinuxCPU(cpus=str(settings.cpus), mems=str(CPUSet(settings.mems)))
-    if settings.cpu_quota_us is not None:
-        cpu.quota.value = settings.cpu_quota_us
-        cpu.period.value = settings.cpu_period_us
-    return cpu
-
-
-def container_update(cpu: api.LinuxCPU) -> api.ContainerUpdate:
-    """The update to `cpu`, naming no container: an UpdateBatch gives it to each container of a group."""
-    update = api.ContainerUpdate()
-    update.linux.resources.cpu.CopyFrom(cpu)
-    # A container may be gone by the time the runtime applies this; that is not worth failing an event.
-    update.ignore_failure = True
-    return update
-
-
-@functools.lru_cache(maxsize=1024)
-def _ids(text: str, machine: CPUSet, what: str) -> tuple[CPUSet | None, str | None]:
-    """A CPU or NUMA node list the runtime reports, or None and why it is unreadable. Cached: the
-    containers of a node share a few dozen distinct lists, and a Synchronize reads thousands."""
-    if not text:
-        return None, None
-    try:
-        ids = CPUSet.parse(text, bound=machine.mask.bit_length(), what=what)
-    except InputError as err:
-        return None, err.message
-    if not ids.is_subset(machine):
-        return None, f"{quote(text)} names {what} ids this machine does not have"
-    return ids, None
-
-
-def by_settings(changed: Mapping[str, Settings]) -> dict[Settings, list[str]]:
-    """Container ids grouped by their new settings: when the node shared pool moves, hundreds of containers
-    move to one and the same place (one Settings object, hashed once for its run, not per container)."""
-    groups: dict[Settings, list[str]] = {}
-    last: Settings | None = None
-    ids: list[str] = []
-    for container_id, settings in changed.items():
-        if settings is not last:
-            ids = groups.setdefault(settings, [])
-            last = settings
-        ids.append(container_id)
-    return groups
-
-
-def updates_of(groups: Mapping[Settings, list[str]]) -> UpdateBatch:
-    """One update per container of `by_settings` groups, each distinct setting formatted (a 256-CPU list
-    takes ~30 us) and encoded once."""
-    return UpdateBatch((ids, container_update(linux_cpu(settings))) for settings, ids in groups.items())
-
-
 def _log_moved(groups: Mapping[Settings, list[str]]) -> None:
     if not groups or not log.isEnabledFor(logging.INFO):
         return
@@ -201,23 +117,21 @@ def _key(pod: api.PodSandbox) -> str:
     return runtime_pod_key(pod.namespace, pod.name)
 
 
-
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _exclusive(
+def _locked(
     handler: Callable[Concatenate[PodLevelPlugin, P], R],
 ) -> Callable[Concatenate[PodLevelPlugin, P], R]:
     """A handler that runs holding the plugin's lock (see `PodLevelPlugin.snapshot`)."""
 
     @functools.wraps(handler)
-    def exclusive(self: PodLevelPlugin, /, *args: P.args, **kwargs: P.kwargs) -> R:
+    def locked(self: PodLevelPlugin, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._lock:
             return handler(self, *args, **kwargs)
 
-    return exclusive
+    return locked
 
 
 class PodLevelPlugin(Handler):
@@ -374,7 +288,7 @@ class PodLevelPlugin(Handler):
                  runtime=runtime.name, version=runtime.version,
                  node=self.placement.engine.topology.describe(), refusals=refusals)
 
-    @_exclusive
+    @_locked
     def synchronize(
         self, pods: Sequence[api.PodSandbox], containers: Sequence[api.Container]
     ) -> Updates:
@@ -411,12 +325,12 @@ class PodLevelPlugin(Handler):
         self._cgroups_paths = {c.id: c.linux.cgroups_path for c in running}
         self._refusals = {}
         self._synchronized = True
-        changed, refused = self.placement.synchronize([sandbox_of(p) for p in pods], current)
-        resync = self.placement.resync
+        resynced = self.placement.synchronize([sandbox_of(p) for p in pods], current)
+        resync = resynced.tally
         for sandbox_id, reason in resync.moved:
             log.warning("pod sandbox {sandbox} moved after resync: {reason}", sandbox=shown(sandbox_id),
                         reason=reason)
-        for sandbox_id, reason in refused:
+        for sandbox_id, reason in resynced.kept_out:
             log.warning("pod sandbox {sandbox} kept in the node shared pool after resync: {reason}",
                         sandbox=shown(sandbox_id), reason=reason)
         if resync.restored or resync.released:
@@ -426,12 +340,12 @@ class PodLevelPlugin(Handler):
             log.info("took back {readopted} pods the checkpoint did not hold, onto the CPUs they run on",
                      readopted=resync.readopted)
         log.info("synchronized {pods} pods, {containers} containers; {updates} updates", pods=len(pods),
-                 containers=len(current), updates=len(changed))
+                 containers=len(current), updates=len(resynced.updates))
         self._commit(force=True)
         self._durable()
-        return self._fit(changed, MAX_REPLY_BYTES)[0]
+        return self._fit(resynced.updates, MAX_REPLY_BYTES)[0]
 
-    @_exclusive
+    @_locked
     def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
         """Admit the pod before any of its containers; the checkpoint is written before the answer. A
         refusal fails the event where the runtime then shuts the sandbox down; elsewhere it answers nothing
@@ -451,7 +365,7 @@ class PodLevelPlugin(Handler):
             bubble = "none" if decision.bubble_cpus is None else str(decision.bubble_cpus)
             log.info("admitted {pod}: bubble {bubble}", pod=_key(pod), bubble=bubble)
 
-    @_exclusive
+    @_locked
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:
         placement = self.placement
         # The record of a sandbox seen before: its fields are the runtime's for the sandbox's whole life.
@@ -505,7 +419,7 @@ class PodLevelPlugin(Handler):
                     deferred=len(deferred))
         return updates[:fitting], by_settings(changed)
 
-    @_exclusive
+    @_locked
     def update_container(
         self, pod: api.PodSandbox, container: api.Container, resources: api.LinuxResources
     ) -> UpdateResult:
@@ -526,7 +440,7 @@ class PodLevelPlugin(Handler):
         self._durable()
         return UpdateResult(updates=[*updates, own] if own is not None else updates)
 
-    @_exclusive
+    @_locked
     def stop_container(self, pod: api.PodSandbox, container: api.Container) -> Updates:
         updates, _ = self._fit(self.placement.take_pending_updates(), MAX_REPLY_BYTES)
         self._commit()
@@ -556,12 +470,12 @@ class PodLevelPlugin(Handler):
         self._stale = True
         return RpcError(code, text)
 
-    @_exclusive
+    @_locked
     def remove_container(self, pod: api.PodSandbox, container: api.Container) -> None:
         self.placement.remove_container(container.id)
         self._cgroups_paths.pop(container.id, None)
 
-    @_exclusive
+    @_locked
     def stop_pod_sandbox(self, pod: api.PodSandbox) -> None:
         released = self._forget(pod.id)
         self._commit(within=RELEASE_WRITTEN_WITHIN_S)
@@ -605,7 +519,7 @@ class PodLevelPlugin(Handler):
                  settings="; ".join(f"{s.assignment.value} cpus={s.cpus}" for s in groups))
         return moved
 
-    @_exclusive
+    @_locked
     def remove_pod_sandbox(self, pod: api.PodSandbox) -> None:
         self._forget(pod.id)
         self._commit(within=RELEASE_WRITTEN_WITHIN_S)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from podlevel.engine.manager import Checkpointed, Engine
+from podlevel.engine.manager import Engine
+from podlevel.engine.restore import Checkpointed
 from podlevel.state.engine_state import recorded_cpus, recorded_memory
 from podlevel.state.store import StateDir
 

@@ -16,6 +16,9 @@ Where each concept lives:
 - Which free CPUs fill a request (whole NUMA nodes, sockets, uncore caches, cores, then threads):
   `cpu_assignment`.
 - Memory and hugepages per NUMA node, and a pod budget charged once: `memory_policy.StaticMemoryPolicy`.
+- Restore: a pod its checkpoints recorded taken back onto its recorded CPUs and memory blocks when today's
+  settings still allow them, and why its memory moved when they do not: `restore.restore` (where each pod
+  then goes is the agent's plan, `agent.resync`).
 - The policies that do nothing (CPU `none`, memory `None`): `policy_none`.
 - The bubble's split into exclusive slices and the pod shared pool, and the empty-shared-pool rule:
   `shared_pool.partition` and `shared_pool.empty_shared_pool_violation`.

@@ -141,6 +141,14 @@ class CPUState:
     def entry(self, pod_uid: str, container_name: str) -> CPUSet | None:
         return self.entries.get(pod_uid, _NO_CPUS).get(container_name)
 
+    def pod_cpus(self, pod_uid: str) -> CPUSet | None:
+        """The CPUs a pod holds of its own: its bubble, else its containers' exclusive CPUs; None: neither."""
+        bubble = self.pod_entries.get(pod_uid)
+        if bubble is not None:
+            return bubble
+        slices = self.entries.get(pod_uid)
+        return CPUSet.union_of(slices.values()) if slices else None
+
 
 @dataclass(frozen=True, slots=True)
 class _NUMAMasks:

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import partial
 from types import MappingProxyType
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal
 
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA, milli_cpu_to_quota
 from podlevel.engine.cpu_policy import CPUManagerOptions, CPUState, StaticCPUPolicy
 from podlevel.engine.cpuset import EMPTY, CPUSet
-from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, TopologyAffinityError
+from podlevel.engine.errors import EmptyPodSharedPoolError, TopologyAffinityError
 from podlevel.engine.memory_policy import MemoryState, StaticMemoryPolicy, container_requests
 from podlevel.engine.pod import CPU, MEMORY, Container, ContainerKind, Pod, is_memory_resource
 from podlevel.engine.policy_none import NoneCPUPolicy, NoneMemoryPolicy
@@ -140,25 +140,6 @@ class NumaFree:
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpointed:
-    """What a restarted plugin's checkpoints recorded, to take its running pods back onto."""
-
-    cpu: CPUState
-    memory: MemoryState | None = None
-    """None when the memory checkpoint was missing or unusable: pods get their memory by today's rules."""
-
-
-class Restored(NamedTuple):
-    """A pod taken back from a checkpoint (`Engine.restore`)."""
-
-    state: NodeState
-    decision: PodDecision
-    memory_moved: str | None
-    """Why its recorded memory blocks were refused and today's rules placed its memory; None when they were
-    taken back, or none were recorded (nor are pinned now)."""
-
-
-@dataclass(frozen=True, slots=True)
 class NodeState:
     cpu: CPUState
     memory: MemoryState
@@ -198,6 +179,11 @@ class Engine:
     @property
     def reserved_cpus(self) -> CPUSet:
         return self._cpu.reserved
+
+    @property
+    def memory_policy(self) -> StaticMemoryPolicy | None:
+        """The memory manager's Static policy; None under the policy None (for `restore`)."""
+        return self._memory if isinstance(self._memory, StaticMemoryPolicy) else None
 
     def initial_state(self) -> NodeState:
         return NodeState(cpu=self._cpu.initial_state(), memory=self._memory.initial_state(), pods=SharedMap())
@@ -244,77 +230,6 @@ class Engine:
             cpu=cpu, memory=memory, pods=with_item(state.pods, pod.uid, pod), removed=state.removed
         )
         return new, self.decision(new, pod.uid)
-
-    def restore(
-        self, state: NodeState, pod: Pod, recorded: Checkpointed, within: CPUSet | None = None
-    ) -> Restored:
-        """Take a pod back onto the CPUs a checkpoint recorded for it: its bubble, CPUs no container runs on
-        included, and each container's exclusive CPUs exactly; and onto its recorded memory blocks.
-
-        The pod is admitted by today's rules confined to the recorded CPUs, so a record that no longer fits
-        the settings (a CPU now reserved or gone, another policy) is refused with the rule it breaks, and the
-        caller re-places the pod. When the rules give the same shape (the same bubble, slices of the same
-        sizes for the same containers), the recorded slices are kept as they were; otherwise the rules' own
-        choice inside the recorded CPUs stands. Its recorded memory blocks are kept when they are valid under
-        today's settings and the topology manager admits them with its CPUs; otherwise today's rules place
-        its memory, and `memory_moved` says why. A pod the CPU checkpoint does not hold (it had no exclusive
-        CPUs, or the CPU policy was none) is admitted on `within`, and still gets its recorded memory back.
-        """
-        bubble = recorded.cpu.pod_entries.get(pod.uid)
-        slices = recorded.cpu.entries.get(pod.uid, {})
-        if bubble is not None:
-            held: CPUSet | None = bubble
-        else:
-            held = CPUSet.union_of(slices.values()) if slices else within
-        new, _ = self.admit(state, pod, within=held)
-        if pod.uid in state.pods:
-            return Restored(new, self.decision(new, pod.uid), None)
-        moved = None
-        if recorded.memory is not None:
-            new, moved = self._take_back_memory(state, new, pod, recorded.memory, held)
-        new = replace(new, cpu=_with_recorded_slices(state.cpu, new.cpu, pod, bubble, slices))
-        return Restored(new, self.decision(new, pod.uid), moved)
-
-    def _take_back_memory(
-        self, state: NodeState, admitted: NodeState, pod: Pod, recorded: MemoryState, within: CPUSet | None
-    ) -> tuple[NodeState, str | None]:
-        """`admitted` (the pod admitted again on `state` by today's rules, its CPUs confined to `within`) with
-        its `recorded` memory blocks instead, when the memory policy takes them back (`take_back`) and the
-        topology manager admits them with the pod's CPUs, as the kubelet does with the hints it regenerates
-        from a restored pod's blocks; else `admitted`, and why not."""
-        memory, moved = self._memory.take_back(state.memory, admitted.memory, pod, recorded)
-        if memory is admitted.memory:
-            return admitted, moved
-        try:
-            kept, _ = self.admit(replace(state, memory=memory), pod, within=within)
-        except AdmissionError as err:
-            policy = self.config.topology_policy.value
-            return admitted, (f"the topology alignment changed: the topology policy {policy} refuses its "
-                              f"CPUs with its recorded memory ({err.type})")
-        misaligned = self._pod_scope_misalignment(kept, pod, memory)
-        return (admitted, misaligned) if misaligned is not None else (kept, None)
-
-    def _pod_scope_misalignment(self, admitted: NodeState, pod: Pod, memory: MemoryState) -> str | None:
-        """Why a pod's recorded memory cannot stand beside its CPUs under pod scope, or None. Pod scope aligns
-        a pod once: every memory block on the NUMA nodes of one hint, which under `restricted` and
-        `single-numa-node` also hold its exclusive CPUs. The re-admission cannot see this for a pod of several
-        containers (the hint it rebuilds from their blocks matches none), so it is checked here."""
-        policy = self.config.topology_policy
-        if self.config.scope is not Scope.POD or policy is TopologyPolicyName.NONE:
-            return None
-        blocks = [*memory.pod_entries.get(pod.uid, ()),
-                  *(block for owned in memory.entries.get(pod.uid, {}).values() for block in owned)]
-        masks = {block.numa_affinity for block in blocks}
-        nodes = sorted({node for mask in masks for node in mask})
-        cpus = admitted.cpu.pod_entries.get(pod.uid) or CPUSet.union_of(
-            admitted.cpu.entries.get(pod.uid, {}).values())
-        cpu_nodes = self.topology.numa_nodes_of(cpus) if cpus else ()
-        strict = policy in (TopologyPolicyName.RESTRICTED, TopologyPolicyName.SINGLE_NUMA_NODE)
-        if len(masks) <= 1 and not (strict and set(cpu_nodes) - set(nodes)):
-            return None
-        return (f"the topology alignment changed: pod scope under the topology policy {policy.value} aligns "
-                f"a pod on one set of NUMA nodes, and its recorded memory is on NUMA nodes {nodes} in "
-                f"{len(masks)} groups, its CPUs on NUMA nodes {list(cpu_nodes)}")
 
     def _admit_pod_level(
         self, state: NodeState, pod: Pod, trace: list[Alignment] | None
@@ -541,35 +456,6 @@ class Engine:
         beside = sum(exclusive.get(c.name, 0) for c in last.containers)
         leftover_millis = limit - 1000 * beside
         return milli_cpu_to_quota(max(1, leftover_millis), self.config.cpu_period_us)
-
-
-def _with_recorded_slices(
-    before: CPUState, admitted: CPUState, pod: Pod, bubble: CPUSet | None, slices: Mapping[str, CPUSet]
-) -> CPUState:
-    """`admitted` with the pod's exclusive CPUs swapped for the recorded ones, when that changes nothing else:
-    the same bubble, the same containers with the same number of CPUs, those that run side by side pairwise
-    disjoint (a standard init container's CPUs are reused by the containers after it), and (without a
-    bubble) taken from what was free before."""
-    pod_uid = pod.uid
-    chosen = admitted.entries.get(pod_uid, {})
-    if admitted.pod_entries.get(pod_uid) != bubble or chosen.keys() != slices.keys():
-        return admitted
-    if any(len(slices[name]) != len(cpus) for name, cpus in chosen.items()):
-        return admitted
-    finished = {c.name for c in pod.init_containers if c.kind is ContainerKind.INIT}
-    side_by_side = [cpus for name, cpus in slices.items() if name not in finished]
-    if len(CPUSet.union_of(side_by_side)) != sum(len(cpus) for cpus in side_by_side):
-        return admitted
-    recorded = CPUSet.union_of(slices.values())
-    default = admitted.default
-    if bubble is None:
-        taken = CPUSet.union_of(chosen.values())
-        if not recorded.is_subset(before.default):
-            return admitted
-        default = (default | taken) - recorded
-    elif not recorded.is_subset(bubble):
-        return admitted
-    return replace(admitted, default=default, entries=with_item(admitted.entries, pod_uid, dict(slices)))
 
 
 def _has_impossible(hints: ProviderHints) -> bool:

@@ -18,8 +18,9 @@ Invariants kept by every operation (each returns a new `MemoryState` and never m
 - a pod-level pod (KEP-5526) charges the machine once with its pod budget (`pod_entries`); its containers'
   blocks are bookkeeping inside that budget, and the budget is released when its last container entry goes;
 - admitting a pod that already has `pod_entries` changes nothing (kubelet bug #140906 double-charged it).
-States handed in come from `initial_state` or pass `check_state`: hints use allocatable sums precomputed
-from the machine and the reservation.
+States handed in come from `initial_state` (the tests check each against the kubelet's `validateState`):
+hints use allocatable sums precomputed from the machine and the reservation. Restoring a pod's recorded
+blocks is `engine.restore`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from podlevel.engine.topology import NUMANode, Topology
 from podlevel.engine.topology_manager import TopologyHint
 
 RESERVED_MEMORY_RULE: Final = "reserved memory"
-MEMORY_STATE_RULE: Final = "memory manager state"
 
 Requests = Mapping[str, int]
 """memory resource name -> bytes."""
@@ -139,7 +139,7 @@ class StaticMemoryPolicy:
         self._all_nodes = mask_of(self.node_ids)
         resources = sorted({name for state in machine.values() for name in state.memory_map})
         self._allocatable: Mapping[str, tuple[int, ...]] = {
-            name: self._per_mask([_table(machine[n], name).allocatable for n in self.node_ids])
+            name: self._per_mask([table_of(machine[n], name).allocatable for n in self.node_ids])
             for name in resources
         }
         self._no_memory = (0,) * len(self._masks)
@@ -219,7 +219,7 @@ class StaticMemoryPolicy:
         held = state.init_reusable.get(pod_uid)
         packed, masks = self._packed, self._masks
         for (allocatable, size), name in zip(rows, requests, strict=True):
-            free = subset_sums([_table(machine[n], name).free for n in self.node_ids])
+            free = subset_sums([table_of(machine[n], name).free for n in self.node_ids])
             if held:
                 extra = [held.get(masks[i], {}).get(name, 0) for i in candidates]
                 candidates = [
@@ -281,7 +281,7 @@ class StaticMemoryPolicy:
         reusable = state.init_reusable.get(pod.uid, {}).get(mask_of(nodes), {})
         machine = dict(state.machine)
         for block in blocks:
-            _charge(machine, nodes, block.type, max(block.size - reusable.get(block.type, 0), 0))
+            charge(machine, nodes, block.type, max(block.size - reusable.get(block.type, 0), 0))
         containers = _shrink_init_blocks(
             {**state.entries.get(pod.uid, {}), container.name: blocks}, pod, container
         )
@@ -307,7 +307,7 @@ class StaticMemoryPolicy:
         nodes = nodes_of(self._resolve(state, pod, budget, hint))
         machine = dict(state.machine)
         for name, size in sorted(budget.items()):
-            _charge(machine, nodes, name, size)
+            charge(machine, nodes, name, size)
         entries = with_item(state.entries, pod.uid, _partition(pod, budget, nodes))
         pod_entries = with_item(state.pod_entries, pod.uid, _blocks(nodes, budget))
         return MemoryState(machine, entries, pod_entries, state.init_reusable)
@@ -346,8 +346,8 @@ class StaticMemoryPolicy:
             best = default
         affinity = best.affinity
         assert affinity is not None
-        fits = self._fits(state, affinity, requests)
-        if not fits or self._inside_group(state, affinity):
+        fits = self.fits(state, affinity, requests)
+        if not fits or self.inside_group(state, affinity):
             why = f"lack {describe(requests)} free" if not fits else "belong to a multi-node group"
             around = [
                 h
@@ -372,7 +372,7 @@ class StaticMemoryPolicy:
                 )
             assert extended.affinity is not None
             affinity = extended.affinity
-        if self._violates_groups(state, affinity):
+        if self.violates_groups(state, affinity):
             raise self._failed(
                 state,
                 pod,
@@ -382,20 +382,20 @@ class StaticMemoryPolicy:
             )
         return affinity
 
-    def _fits(self, state: MemoryState, affinity: int, requests: Requests) -> bool:
+    def fits(self, state: MemoryState, affinity: int, requests: Requests) -> bool:
         """`isAffinitySatisfyRequest`: enough free memory of every resource on the mask's nodes."""
         nodes = nodes_of(affinity)
         return all(
-            sum(_table(state.machine[n], name).free for n in nodes if n in state.machine) >= size
+            sum(table_of(state.machine[n], name).free for n in nodes if n in state.machine) >= size
             for name, size in requests.items()
         )
 
     @staticmethod
-    def _inside_group(state: MemoryState, affinity: int) -> bool:
+    def inside_group(state: MemoryState, affinity: int) -> bool:
         """A single node whose memory is already charged together with other nodes."""
         return affinity.bit_count() == 1 and len(state.machine[affinity.bit_length() - 1].cells) > 1
 
-    def _violates_groups(self, state: MemoryState, affinity: int) -> bool:
+    def violates_groups(self, state: MemoryState, affinity: int) -> bool:
         """`isAffinityViolatingNUMAAllocations`."""
         nodes = nodes_of(affinity)
         if len(nodes) == 1:
@@ -411,7 +411,7 @@ class StaticMemoryPolicy:
     ) -> UnexpectedAdmissionError:
         """The refusal with what each NUMA node has free of the requested resources."""
         free = "; ".join(
-            f"node {n}: {describe({name: _table(state.machine[n], name).free for name in requests})}"
+            f"node {n}: {describe({name: table_of(state.machine[n], name).free for name in requests})}"
             for n in self.node_ids
         )
         return UnexpectedAdmissionError(
@@ -458,100 +458,6 @@ class StaticMemoryPolicy:
         sees to it), so they all get the bubble's nodes."""
         nodes = {n for block in state.blocks(pod_uid, container_name) or () for n in block.numa_affinity}
         return tuple(sorted(nodes)) or None
-
-    def take_back(
-        self, state: MemoryState, admitted: MemoryState, pod: Pod, recorded: MemoryState
-    ) -> tuple[MemoryState, str | None]:
-        """A restored pod's memory: the blocks a checkpoint `recorded` for it, charged onto `state` (the node
-        before the pod was admitted again) as admission charges, when this policy allows them; else `admitted`
-        itself (what today's rules gave the pod) and why not (None when nothing was recorded nor is pinned).
-
-        The recorded blocks stand when they are on NUMA nodes that have their resources, are the sizes today's
-        rules give (the same containers, resources and bytes; a standard init container's at most its request:
-        how far it was shrunk depends on where the containers after it were placed), and fit the free memory
-        after reserved memory without mixing single-node and multi-node allocations on a node. Whether the
-        topology manager aligns them with the pod's CPUs is the engine's question (`Engine.restore`).
-        """
-        pod_uid = pod.uid
-        containers = recorded.entries.get(pod_uid, {})
-        pod_blocks = recorded.pod_entries.get(pod_uid)
-        had = _owned(containers, pod_blocks)
-        has = _owned(admitted.entries.get(pod_uid, {}), admitted.pod_entries.get(pod_uid))
-        shrinkable = {_owner(c.name): container_requests(pod, c) for c in pod.init_containers
-                      if c.kind is ContainerKind.INIT}
-        if not had:
-            pinned = f"it had no recorded memory blocks; today's rules pin it to {_on(_flat(has))}"
-            return admitted, pinned if has else None
-        try:
-            self._check_blocks(state, had, has, shrinkable)
-            machine = self._recharged(state, _flat(had) if pod_blocks is None else pod_blocks)
-        except _Refused as refused:
-            return admitted, str(refused)
-        pod_entries: PodEntries = state.pod_entries
-        if pod_blocks is not None:
-            pod_entries = with_item(pod_entries, pod_uid, pod_blocks)
-        return MemoryState(machine, with_item(state.entries, pod_uid, containers), pod_entries), None
-
-    @staticmethod
-    def _check_blocks(state: MemoryState, had: Owned, has: Owned, shrinkable: Mapping[str, Requests]) -> None:
-        """Raise _Refused unless the recorded blocks (`had`) are on nodes that have their resources and are
-        the sizes of today's (`has`), or for the owners in `shrinkable` at most their requests."""
-        machine = state.machine
-        for block in _flat(had):
-            if any(n not in machine or block.type not in machine[n].memory_map for n in block.numa_affinity):
-                raise _Refused(f"its recorded {block.type} block is on {_on([block])}, where the machine has "
-                               f"no {block.type}")
-        for owner in sorted(had.keys() | has.keys()):
-            recorded, today = _sizes(had.get(owner, ())), _sizes(has.get(owner, ()))
-            requested = shrinkable.get(owner)
-            if requested is not None and all(size <= requested.get(n, 0) for n, size in recorded.items()):
-                continue
-            if recorded != today:
-                raise _Refused(f"{owner} was recorded with {describe(recorded)} pinned, today's rules give "
-                               f"{describe(today)}")
-
-    def _recharged(self, state: MemoryState, blocks: Iterable[MemoryBlock]) -> dict[int, NUMANodeState]:
-        """`state`'s machine with `blocks` charged, or _Refused naming the rule the first that does not fit
-        breaks: free memory after reserved memory, or the node groups."""
-        machine = dict(state.machine)
-        for block in blocks:
-            mask, view = mask_of(block.numa_affinity), MemoryState(machine)
-            if self._violates_groups(view, mask) or self._inside_group(view, mask):
-                raise _Refused(f"its recorded memory on {_on([block])} would mix single-node and "
-                               "multi-node memory allocations on a node")
-            if not self._fits(view, mask, {block.type: block.size}):
-                free = sum(_table(machine[n], block.type).free for n in block.numa_affinity)
-                raise _Refused(f"not enough {block.type} free on {_on([block])} after reserved memory: "
-                               f"{format_bytes(free)} for its recorded {format_bytes(block.size)} block")
-            _charge(machine, block.numa_affinity, block.type, block.size)
-        return machine
-
-    def check_state(self, state: MemoryState) -> None:
-        """The kubelet's `validateState` for a restored state: recharging every recorded block on the
-        initial machine must give the recorded machine (same totals, reservations, assignments and groups,
-        and the same free and reserved bytes over each group). Raises InputError naming the difference."""
-        if state.machine.keys() != self._initial.machine.keys():
-            raise InputError(
-                MEMORY_STATE_RULE,
-                f"the state has NUMA nodes {sorted(state.machine)}, the machine {list(self.node_ids)}",
-            )
-        expected = dict(self._initial.machine)
-        for pod_uid, containers in state.entries.items():
-            pod_blocks = state.pod_entries.get(pod_uid)
-            charged = [pod_blocks] if pod_blocks is not None else list(containers.values())
-            for blocks in charged:
-                for block in blocks:
-                    unknown = [n for n in block.numa_affinity if n not in expected]
-                    if unknown or any(block.type not in expected[n].memory_map for n in block.numa_affinity):
-                        raise InputError(
-                            MEMORY_STATE_RULE,
-                            f"pod {pod_uid}: a {block.type} block on NUMA nodes {list(block.numa_affinity)} "
-                            "uses a node or resource the machine does not have",
-                        )
-                    _charge(expected, block.numa_affinity, block.type, block.size)
-        for n in self.node_ids:
-            _compare_node(n, state.machine, expected)
-
 
 # -- requests ------------------------------------------------------------------------------------------------
 
@@ -623,14 +529,14 @@ def _find_best(hints: Iterable[TopologyHint]) -> TopologyHint | None:
 # -- machine state -------------------------------------------------------------------------------------------
 
 
-def _table(node: NUMANodeState, name: str) -> MemoryTable:
+def table_of(node: NUMANodeState, name: str) -> MemoryTable:
     return node.memory_map.get(name, _NO_TABLE)
 
 
 _NO_TABLE: Final = MemoryTable(0, 0, 0, 0, 0)
 
 
-def _charge(machine: dict[int, NUMANodeState], nodes: tuple[int, ...], name: str, size: int) -> None:
+def charge(machine: dict[int, NUMANodeState], nodes: tuple[int, ...], name: str, size: int) -> None:
     """`updateMachineState`: count the block on every node of the mask and take `size` bytes greedily in node
     order. Replaces the touched node states in `machine`."""
     for n in nodes:
@@ -711,74 +617,6 @@ def _shrink_init_blocks(
                 shrunk.append(old)
             containers[init.name] = tuple(shrunk)
     return containers
-
-
-def _compare_node(n: int, actual: Mapping[int, NUMANodeState], expected: Mapping[int, NUMANodeState]) -> None:
-    have, want = actual[n], expected[n]
-    if have.assignments != want.assignments or sorted(have.cells) != sorted(want.cells):
-        raise InputError(
-            MEMORY_STATE_RULE,
-            f"NUMA node {n}: {have.assignments} assignments over nodes {sorted(have.cells)}, the recorded "
-            f"blocks give {want.assignments} over {sorted(want.cells)}",
-        )
-    if have.memory_map.keys() != want.memory_map.keys():
-        raise InputError(
-            MEMORY_STATE_RULE,
-            f"NUMA node {n}: resources {sorted(have.memory_map)}, the machine has {sorted(want.memory_map)}",
-        )
-    for name, table in have.memory_map.items():
-        target = want.memory_map[name]
-        for quantity in ("total", "system_reserved", "allocatable"):
-            recorded, machine = getattr(table, quantity), getattr(target, quantity)
-            if recorded != machine:
-                raise InputError(
-                    MEMORY_STATE_RULE,
-                    f"NUMA node {n} {name}: {quantity} is {recorded}, the machine and reservation give "
-                    f"{machine} (memory or --reserved-memory changed: drain the node and start over)",
-                )
-        group = have.cells
-        for quantity in ("free", "reserved"):
-            recorded = sum(getattr(_table(actual[g], name), quantity) for g in group)
-            recharged = sum(getattr(_table(expected[g], name), quantity) for g in group)
-            if recorded != recharged:
-                raise InputError(
-                    MEMORY_STATE_RULE,
-                    f"NUMA nodes {list(group)} {name}: {quantity} is {recorded}, the recorded blocks give "
-                    f"{recharged}",
-                )
-
-
-# -- restored pods -------------------------------------------------------------------------------------------
-
-
-class _Refused(Exception):
-    """Why a restored pod's recorded memory blocks cannot be taken back (`take_back`)."""
-
-
-def _owner(container_name: str) -> str:
-    return f"its container {container_name}"
-
-
-def _owned(containers: Owned, pod_blocks: tuple[MemoryBlock, ...] | None) -> Owned:
-    owned = {_owner(name): blocks for name, blocks in containers.items()}
-    return owned if pod_blocks is None else {"its pod budget": pod_blocks, **owned}
-
-
-def _sizes(blocks: Iterable[MemoryBlock]) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-    for block in blocks:
-        sizes[block.type] = sizes.get(block.type, 0) + block.size
-    return sizes
-
-
-def _flat(owned: Owned) -> list[MemoryBlock]:
-    return [block for blocks in owned.values() for block in blocks]
-
-
-def _on(blocks: Iterable[MemoryBlock]) -> str:
-    """The NUMA nodes the blocks span, for messages."""
-    nodes = sorted({n for block in blocks for n in block.numa_affinity})
-    return f"NUMA node {nodes[0]}" if len(nodes) == 1 else f"NUMA nodes {nodes}"
 
 
 # -- machine and reservation ---------------------------------------------------------------------------------

@@ -68,11 +68,3 @@ class NoneMemoryPolicy(NonePolicy[MemoryState]):
 
     def mems_of(self, state: MemoryState, pod_uid: str, container_name: str) -> tuple[int, ...] | None:
         return None
-
-    def take_back(
-        self, state: MemoryState, admitted: MemoryState, pod: Pod, recorded: MemoryState
-    ) -> tuple[MemoryState, str | None]:
-        """Nothing is taken back; a pod whose memory was pinned is told why its blocks were freed."""
-        if pod.uid in recorded.entries or pod.uid in recorded.pod_entries:
-            return admitted, "memory is no longer managed (memory policy None); its recorded blocks are freed"
-        return admitted, None

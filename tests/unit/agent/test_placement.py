@@ -4,27 +4,25 @@ else follows the node shared pool, refusals change nothing, restarts keep alloca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pytest
 
 from podlevel.agent.placement import Placement
 from podlevel.agent.records import Observed, Sandbox, Settings
-from podlevel.agent.resync import Resync
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, EmptyPodSharedPoolError, InputError, TopologyAffinityError
-from podlevel.engine.manager import Assignment, Checkpointed, Engine
-from podlevel.engine.memory_policy import MemoryBlock, StaticMemoryPolicy
+from podlevel.engine.manager import Assignment
 from podlevel.engine.pod import Container, ContainerKind, Pod, Resources
-from podlevel.engine.topology_manager import Scope, TopologyPolicyName
-from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
+from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.podspec.runtime import RuntimeResources, container_resources, linux_resources, sandbox_resources
 from podlevel.podspec.shape_check import claimed_container, claimed_sandbox
-from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine, sidecar
+from support.builders import GI, MI, app, burstable, fast_path, guaranteed, new_engine
 from support.builders import pod as make_pod
 from support.kubelet_cri_cases import KUBELET_CASES, Case, pod_of
+from support.placements import classic, holding, sandbox_of, start, unmanaged
 
 ALL_CPUS = CPUSet.parse("0-15")
 BOTH_NODES = (0, 1)
@@ -38,12 +36,6 @@ def shared_only() -> Pod:
         resources=guaranteed(3000, 512 * MI),
         containers=(Container("a", resources=burstable(500)), Container("b")),
     )
-
-
-def classic(name: str = "classic") -> Pod:
-    """No pod-level resources, Guaranteed: the kubelet's per-container way gives the container node CPUs."""
-    exclusive = Container("exclusive", resources=guaranteed(2000, 128 * MI))
-    return Pod(uid=f"uid-{name}", name=name, containers=(exclusive,))
 
 
 def classic_burstable(name: str = "burstable") -> Pod:
@@ -70,21 +62,6 @@ def too_big() -> Pod:
         resources=guaranteed(9000, 512 * MI),
         containers=(Container("app", resources=burstable(500)),),
     )
-
-
-def sandbox_of(pod: Pod) -> Sandbox:
-    annotations = {SHAPE_ANNOTATION: to_annotation(pod)}
-    return Sandbox(f"sb-{pod.name}", pod.uid, pod.name, pod.namespace, annotations, sandbox_resources(pod))
-
-
-def unmanaged(name: str = "web") -> Sandbox:
-    return Sandbox(f"sb-{name}", f"uid-{name}", name, "default", {"other": "annotation"})
-
-
-def start(placement: Placement, pod: Pod) -> dict[str, Settings]:
-    """Create every container of `pod` (id `<pod>-<container>`); returns each one's settings."""
-    sandbox = sandbox_of(pod)
-    return {c.name: placement.create(sandbox, f"{pod.name}-{c.name}", c.name)[0] for c in pod.all_containers}
 
 
 def snapshot(placement: Placement) -> tuple[object, ...]:
@@ -417,11 +394,6 @@ def test_remove_sandbox_releases_and_forgets_every_container() -> None:
 Row = Observed
 
 
-def _holding(row: Observed, settings: Settings) -> Observed:
-    """The row as the runtime reports a container that holds `settings`."""
-    return row._replace(cpus=settings.cpus, mems=settings.mems, cpu_quota_us=settings.cpu_quota_us)
-
-
 def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
     """A node with an unmanaged pod, a bubble pod and two classic pods; what the runtime would report."""
     placement = Placement(new_engine())
@@ -440,14 +412,15 @@ def busy_node() -> tuple[Placement, list[Sandbox], list[Row]]:
             placement.create(by_id[sandbox_id], container_id, name)
             rows.append(Observed(container_id, sandbox_id, name))
     placement.take_pending_updates()
-    rows = [_holding(row, placement.applied[row.container_id]) for row in rows]
+    rows = [holding(row, placement.applied[row.container_id]) for row in rows]
     return placement, sandboxes, rows
 
 
 def test_synchronize_with_everything_in_place_updates_nothing() -> None:
     live, sandboxes, rows = busy_node()
     restarted = Placement(new_engine())
-    updates, refused = restarted.synchronize(sandboxes, rows)
+    resynced = restarted.synchronize(sandboxes, rows)
+    updates, refused = resynced.updates, resynced.kept_out
     assert (updates, refused) == ({}, [])
     assert restarted.applied == live.applied
     assert restarted.state.pods.keys() == live.state.pods.keys()
@@ -463,7 +436,8 @@ def test_synchronize_updates_only_containers_whose_cpuset_differs() -> None:
         else row
         for row in rows
     ]
-    updates, refused = Placement(new_engine()).synchronize(sandboxes, rows)
+    resynced = Placement(new_engine()).synchronize(sandboxes, rows)
+    updates, refused = resynced.updates, resynced.kept_out
     assert refused == []
     assert updates == {"fast-app": live.applied["fast-app"], "web-server": live.applied["web-server"]}
 
@@ -472,7 +446,8 @@ def test_synchronize_after_a_bubble_came_unmanaged_first_sends_no_spurious_updat
     """An unmanaged container listed before the bubble pod already sits in the shrunk pool."""
     _, sandboxes, rows = busy_node()
     assert rows[0][0] == "web-server"
-    updates, _ = Placement(new_engine()).synchronize(sandboxes, rows)
+    resynced = Placement(new_engine()).synchronize(sandboxes, rows)
+    updates = resynced.updates
     assert "web-server" not in updates
 
 
@@ -482,7 +457,8 @@ def test_synchronize_rebuilds_from_scratch() -> None:
     placement.create(unmanaged("old"), "old-1", "server")
     _, sandboxes, rows = busy_node()
 
-    updates, refused = placement.synchronize(sandboxes, rows)
+    resynced = placement.synchronize(sandboxes, rows)
+    updates, refused = resynced.updates, resynced.kept_out
 
     assert refused == []
     assert "uid-gone" not in placement.state.pods and "gone-app" not in placement.container_ids()
@@ -494,7 +470,8 @@ def test_synchronize_rebuilds_from_scratch() -> None:
 def test_synchronize_skips_containers_of_unknown_sandboxes() -> None:
     _, sandboxes, rows = busy_node()
     placement = Placement(new_engine())
-    updates, refused = placement.synchronize(sandboxes, [*rows, ("orphan", "sb-nowhere", "x", None)])
+    resynced = placement.synchronize(sandboxes, [*rows, Observed("orphan", "sb-nowhere", "x")])
+    updates, refused = resynced.updates, resynced.kept_out
     assert "orphan" not in placement.container_ids() and "orphan" not in updates
     assert refused == []
 
@@ -511,11 +488,13 @@ def test_synchronize_reports_pods_it_can_no_longer_admit() -> None:
     placement.take_pending_updates()
     sandboxes = [web, sandbox_of(first), sandbox_of(second)]
     rows = [
-        (cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1], s.cpus) for cid, s in placement.applied.items()
+        Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1], s.cpus)
+        for cid, s in placement.applied.items()
     ]
 
     restarted = Placement(new_engine(reserved="0-1,8-9"))
-    updates, refused = restarted.synchronize(sandboxes, rows)
+    resynced = restarted.synchronize(sandboxes, rows)
+    updates, refused = resynced.updates, resynced.kept_out
 
     assert [sandbox_id for sandbox_id, _ in refused] == ["sb-first"], "each refused pod is reported once"
     assert "TopologyAffinityError" in refused[0][1]
@@ -551,10 +530,11 @@ def test_reconnect_keeps_allocations_whatever_order_the_runtime_lists() -> None:
     assert nodes["first"].is_disjoint(nodes["second"])
     held = dict(placement.applied)
     rows = [
-        _holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1]), s) for cid, s in held.items()
+        holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-")[1]), s) for cid, s in held.items()
     ]
 
-    updates, refused = placement.synchronize([sandbox_of(second), sandbox_of(first)], list(reversed(rows)))
+    resynced = placement.synchronize([sandbox_of(second), sandbox_of(first)], list(reversed(rows)))
+    updates, refused = resynced.updates, resynced.kept_out
 
     assert (updates, refused) == ({}, [])
     assert placement.applied == held
@@ -567,7 +547,8 @@ def test_synchronize_releases_pods_whose_sandboxes_are_gone() -> None:
     placement.create(unmanaged(), "web-server", "server")
     web_before = placement.applied["web-server"]
     row = Observed("web-server", "sb-web", "server", web_before.cpus)
-    updates, _ = placement.synchronize([unmanaged()], [row])
+    resynced = placement.synchronize([unmanaged()], [row])
+    updates = resynced.updates
     assert "uid-gone" not in placement.state.pods
     assert updates["web-server"].cpus == ALL_CPUS, "the freed bubble is back in the pool at once"
 
@@ -576,12 +557,14 @@ def test_synchronize_corrects_memory_nodes_and_quota_not_just_cpus() -> None:
     placement = Placement(new_engine())
     start(placement, fast_path())
     app = placement.applied["fast-app"]
-    base = _holding(Observed("fast-app", "sb-fast", "app"), app)
+    base = holding(Observed("fast-app", "sb-fast", "app"), app)
     other_mems = (0, 1) if app.mems == (0,) else (0,)
     for drifted in (base._replace(mems=other_mems), base._replace(cpu_quota_us=50_000)):
-        updates, _ = placement.synchronize([sandbox_of(fast_path())], [drifted])
+        resynced = placement.synchronize([sandbox_of(fast_path())], [drifted])
+        updates = resynced.updates
         assert updates == {"fast-app": app}
-    updates, _ = placement.synchronize([sandbox_of(fast_path())], [base])
+    resynced = placement.synchronize([sandbox_of(fast_path())], [base])
+    updates = resynced.updates
     assert updates == {}
 
 
@@ -594,7 +577,8 @@ def test_synchronize_reads_each_pod_of_a_shared_shape_with_its_own_identity() ->
     rows = [Observed(f"{s.name}-burst", s.id, "burst") for s in sandboxes]
     placement = Placement(new_engine())
 
-    _, refused = placement.synchronize(sandboxes, rows)
+    resynced = placement.synchronize(sandboxes, rows)
+    refused = resynced.kept_out
 
     assert placement.state.pods == {pod.uid: pod for pod in pods}
     assert [sandbox_id for sandbox_id, _ in refused] == [bad.id]
@@ -608,7 +592,8 @@ def test_pod_refused_at_synchronize_is_admitted_later_for_all_its_containers() -
     start(crowded, blocker)
     late = fast_path("late", 8, 2)
     rows = [Observed("late-log", "sb-late", "log")]
-    _, refused = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)], rows)
+    resynced = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)], rows)
+    refused = resynced.kept_out
     assert [sid for sid, _ in refused] == ["sb-late"]
     assert crowded.applied["late-log"].assignment is Assignment.NODE_SHARED
 
@@ -627,8 +612,9 @@ def test_a_pod_admitted_at_a_later_container_moves_its_running_containers_in_tha
     start(crowded, blocker)
     crowded.take_pending_updates()
     late = fast_path("late", 7, 2)  # needs node 1 too
-    _, refused = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)],
+    resynced = crowded.synchronize([sandbox_of(blocker), sandbox_of(late)],
                                      [Observed("late-log", "sb-late", "log")])
+    refused = resynced.kept_out
     assert [sid for sid, _ in refused] == ["sb-late"]
     crowded.take_pending_updates()
 
@@ -638,119 +624,6 @@ def test_a_pod_admitted_at_a_later_container_moves_its_running_containers_in_tha
     assert settings.assignment is Assignment.POD_EXCLUSIVE
     assert moved["late-log"].assignment is Assignment.POD_SHARED
     assert crowded.take_pending_updates() == {}
-
-
-def test_restarted_plugin_takes_each_pod_back_where_it_runs() -> None:
-    """No checkpoint, and the runtime lists pods in another order: placements survive all the same."""
-    live = Placement(new_engine())
-    pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
-    for p in pods:
-        start(live, p)
-    live.take_pending_updates()
-    rows = [
-        _holding(Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]), s)
-        for cid, s in live.applied.items()
-    ]
-    sandboxes = [sandbox_of(p) for p in pods]
-
-    in_order = Placement(new_engine())
-    in_order_updates, _ = in_order.synchronize(sandboxes, rows)
-    restarted = Placement(new_engine())
-    updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
-
-    assert in_order_updates == {}
-    assert (updates, refused) == ({}, [])
-    assert restarted.applied == live.applied
-    assert restarted.state.cpu == live.state.cpu
-    # Without the runtime's view, the reverse order would have placed them differently.
-    blind = Placement(new_engine())
-    blind_rows = [row._replace(cpus=None, cpu_quota_us=None) for row in reversed(rows)]
-    blind.synchronize(list(reversed(sandboxes)), blind_rows)
-    assert blind.state.cpu != live.state.cpu
-
-
-# -- a restarted plugin with a checkpoint -------------------------------------------------------------------
-
-
-def running_pods() -> tuple[Placement, list[Sandbox], list[Observed]]:
-    """Three pods admitted in this order, and the runtime's rows without any cpuset: only a checkpoint
-    says where they ran."""
-    live = Placement(new_engine())
-    pods = [fast_path("first", 2, 1), fast_path("second", 4, 2), classic("third")]
-    for p in pods:
-        start(live, p)
-    live.take_pending_updates()
-    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied]
-    return live, [sandbox_of(p) for p in pods], rows
-
-
-def checkpoints(live: Placement) -> Checkpointed:
-    """What the checkpoints of a running plugin record."""
-    return Checkpointed(live.state.cpu, live.state.memory)
-
-
-def test_restart_restores_bubbles_and_slices_exactly_from_the_checkpoint() -> None:
-    """Listed in reverse and with no cpusets from the runtime, every pod comes back to its recorded CPUs,
-    bubble CPUs no container runs on included."""
-    live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=checkpoints(live))
-
-    updates, refused = restarted.synchronize(list(reversed(sandboxes)), list(reversed(rows)))
-
-    assert refused == []
-    assert updates == live.applied, "the runtime showed no cpusets, so every container is told its own"
-    assert restarted.state.cpu == live.state.cpu
-    memory, recorded_memory = restarted.state.memory, live.state.memory
-    assert (memory.machine, memory.entries, memory.pod_entries) == (
-        recorded_memory.machine, recorded_memory.entries, recorded_memory.pod_entries)
-    assert restarted.applied == live.applied
-    assert restarted.resync == Resync(restored=3)
-    # The checkpoint is for the first Synchronize only: a reconnect keeps the live state.
-    assert restarted.synchronize(sandboxes, rows)[1] == [] and restarted.resync == Resync()
-
-
-def test_restart_keeps_recorded_slices_the_rules_would_choose_otherwise() -> None:
-    """The checkpoint has the app's slice and the pod shared pool the other way round inside the bubble (as
-    an earlier release of the rules might have placed them): they stay as recorded."""
-    live, sandboxes, rows = running_pods()
-    now = live.state.cpu.entries["uid-second"]
-    swapped = {"app": now["log"], "log": now["app"]}
-    recorded = replace(live.state.cpu, entries={**live.state.cpu.entries, "uid-second": swapped})
-
-    restarted = Placement(new_engine(), recorded=Checkpointed(recorded, live.state.memory))
-    restarted.synchronize(sandboxes, rows)
-
-    assert restarted.state.cpu.entries["uid-second"] == swapped != now
-    assert restarted.state.cpu.pod_entries == live.state.cpu.pod_entries
-    assert restarted.resync.restored == 3
-
-
-def test_restart_releases_what_the_checkpoint_holds_for_pods_that_are_gone() -> None:
-    live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(), recorded=checkpoints(live))
-
-    restarted.synchronize(sandboxes[1:], [r for r in rows if r.sandbox_id != "sb-first"])
-
-    assert restarted.resync == Resync(restored=2, released=1)
-    first = live.state.cpu.pod_entries["uid-first"]
-    assert first.is_subset(restarted.state.cpu.default)
-
-
-def test_restart_under_new_settings_moves_only_what_no_longer_fits_and_says_why() -> None:
-    """CPUs 2 and 10 became reserved: the pod whose bubble holds them is re-placed, the others stay exactly
-    where they were, and the move is reported with the rule that refused the old place."""
-    live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(reserved="0,8,2,10"), recorded=checkpoints(live))
-
-    _, refused = restarted.synchronize(sandboxes, rows)
-
-    assert refused == []
-    [(sandbox_id, reason)] = restarted.resync.moved
-    assert sandbox_id == "sb-second" and "TopologyAffinityError" in reason
-    assert not restarted.state.cpu.pod_entries["uid-second"] & CPUSet([2, 10])
-    assert restarted.state.cpu.pod_entries["uid-first"] == live.state.cpu.pod_entries["uid-first"]
-    assert restarted.state.cpu.entries["uid-third"] == live.state.cpu.entries["uid-third"]
-    assert restarted.resync.restored == 2
 
 
 # -- claims the runtime cannot confirm ---------------------------------------------------------------------
@@ -802,137 +675,6 @@ def test_a_restart_after_a_resize_is_not_checked_again() -> None:
     resized = replace(container_resources(pod, pod.container("app")), memory_limit=512 * MI)
     settings, _, _ = placement.create(sandbox, "fast-app-2", "app", resized)
     assert settings.assignment is Assignment.POD_EXCLUSIVE
-
-
-def test_restart_under_the_cpu_policy_none_frees_recorded_cpus_and_says_so() -> None:
-    live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(cpu_policy="none"), recorded=checkpoints(live))
-
-    _, refused = restarted.synchronize(sandboxes, rows)
-
-    assert refused == [] and not restarted.state.cpu.pod_entries
-    reasons = dict(restarted.resync.moved)
-    assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
-    assert all("holds no exclusive CPUs under the current settings" in why for why in reasons.values())
-    assert {cid: (str(s.cpus), s.assignment, s.cpu_quota_us) for cid, s in restarted.applied.items()} == {
-        cid: ("0-15", Assignment.NODE_SHARED, None)
-        for cid in ("first-log", "first-app", "second-log", "second-app", "third-exclusive")
-    }
-
-
-# -- a restarted plugin with a memory checkpoint ------------------------------------------------------------
-
-NO_ALIGNMENT = TopologyPolicyName.NONE
-FILLER = 16220 * MI
-"""Leaves 64Mi of node 0's memory free (16Gi, 100Mi of it reserved)."""
-
-
-def pushed_to_node_1() -> tuple[Placement, list[Sandbox], list[Observed]]:
-    """Under the topology policy none, a pod that fills node 0's memory, then a classic Guaranteed pod and a
-    pod-level one, whose memory it pushed to node 1. The runtime's rows (no cpusets) are the last two pods'
-    only: the first stopped while the plugin was down, so today's rules would put their memory on node 0."""
-    live = Placement(new_engine(topology_policy=NO_ALIGNMENT))
-    pods = [classic("solo"), fast_path("bubbled")]
-    for p in (make_pod("filler", app("app", guaranteed(1000, FILLER)), uid="uid-filler"), *pods):
-        start(live, p)
-    live.take_pending_updates()
-    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied
-            if not cid.startswith("filler-")]
-    return live, [sandbox_of(p) for p in pods], rows
-
-
-def check_memory(placement: Placement) -> None:
-    """The kubelet's check of a restored memory state: every block charged once, nothing else."""
-    engine = placement.engine
-    StaticMemoryPolicy(engine.topology, engine.config.reserved_memory).check_state(placement.state.memory)
-
-
-def test_restart_keeps_recorded_memory_on_a_node_todays_rules_would_not_choose() -> None:
-    live, sandboxes, rows = pushed_to_node_1()
-    restarted = Placement(new_engine(topology_policy=NO_ALIGNMENT), recorded=checkpoints(live))
-
-    restarted.synchronize(sandboxes, rows)
-
-    recorded = live.state.memory.entries["uid-solo"]
-    assert [b.numa_affinity for b in recorded["exclusive"]] == [(1,)]
-    assert restarted.state.memory.entries["uid-solo"] == recorded
-    assert restarted.applied["solo-exclusive"].mems == (1,)
-    assert restarted.state.cpu.entries["uid-solo"] == live.state.cpu.entries["uid-solo"]
-    assert restarted.resync == Resync(restored=2, released=1)
-    check_memory(restarted)
-
-
-def test_restart_keeps_a_pod_level_pods_recorded_pod_and_container_blocks() -> None:
-    live, sandboxes, rows = pushed_to_node_1()
-    restarted = Placement(new_engine(topology_policy=NO_ALIGNMENT), recorded=checkpoints(live))
-
-    restarted.synchronize(sandboxes, rows)
-
-    memory, recorded = restarted.state.memory, live.state.memory
-    assert [b.numa_affinity for b in recorded.pod_entries["uid-bubbled"]] == [(1,)]
-    assert memory.pod_entries["uid-bubbled"] == recorded.pod_entries["uid-bubbled"]
-    assert memory.entries["uid-bubbled"] == recorded.entries["uid-bubbled"]
-    assert {restarted.applied[cid].mems for cid in ("bubbled-app", "bubbled-log")} == {(1,)}
-    assert restarted.pod_cgroups["sb-bubbled"].mems == (1,)
-    assert restarted.state.cpu.pod_entries["uid-bubbled"] == live.state.cpu.pod_entries["uid-bubbled"]
-    assert restarted.resync == Resync(restored=2, released=1)
-    check_memory(restarted)
-
-
-def test_restart_with_more_memory_reserved_moves_only_the_memory_that_no_longer_fits_and_says_why() -> None:
-    """Node 1 now reserves all but 512Mi: the 128Mi pod keeps its blocks there, the 1Gi bubble's memory is
-    re-placed (on node 0) with its CPUs kept, and the move names the rule that refused the recorded blocks."""
-    live, sandboxes, rows = pushed_to_node_1()
-    reserved = {0: {"memory": 100 * MI}, 1: {"memory": 16 * GI - 512 * MI}}
-    engine = new_engine(topology_policy=NO_ALIGNMENT, reserved_memory=reserved)
-    restarted = Placement(engine, recorded=checkpoints(live))
-
-    _, refused = restarted.synchronize(sandboxes, rows)
-
-    assert refused == []
-    [(sandbox_id, reason)] = restarted.resync.moved
-    assert sandbox_id == "sb-bubbled"
-    assert "NUMA node 1" in reason and "after reserved memory" in reason
-    assert [b.numa_affinity for b in restarted.state.memory.pod_entries["uid-bubbled"]] == [(0,)]
-    assert restarted.state.cpu.pod_entries["uid-bubbled"] == live.state.cpu.pod_entries["uid-bubbled"]
-    assert restarted.state.memory.entries["uid-solo"] == live.state.memory.entries["uid-solo"]
-    assert restarted.resync.restored == 1
-    check_memory(restarted)
-
-
-def test_restart_under_a_topology_policy_moves_memory_its_alignment_puts_elsewhere() -> None:
-    """Recorded under the topology policy none, the classic pod's CPUs are on node 0 and its memory on node 1;
-    single-numa-node aligns them: its CPUs stay, its memory moves, and the move says why."""
-    live, sandboxes, rows = pushed_to_node_1()
-    slice_ = live.state.cpu.entries["uid-solo"]["exclusive"]
-    assert slice_.is_subset(new_engine().topology.cpus_by_numa[0])
-    restarted = Placement(new_engine(), recorded=checkpoints(live))
-
-    restarted.synchronize(sandboxes, rows)
-
-    reasons = dict(restarted.resync.moved)
-    assert "topology alignment" in reasons["sb-solo"]
-    assert [b.numa_affinity for b in restarted.state.memory.entries["uid-solo"]["exclusive"]] == [(0,)]
-    assert restarted.state.cpu.entries["uid-solo"]["exclusive"] == slice_
-    check_memory(restarted)
-
-
-def test_restart_under_the_memory_policy_none_restores_cpus_and_says_memory_is_no_longer_managed() -> None:
-    """As a pod that holds no exclusive CPUs under the current settings: its recorded memory is freed, and
-    the pod counts as moved."""
-    live, sandboxes, rows = running_pods()
-    restarted = Placement(new_engine(memory_policy="None"), recorded=checkpoints(live))
-
-    _, refused = restarted.synchronize(sandboxes, rows)
-
-    assert refused == []
-    assert restarted.state.cpu == live.state.cpu
-    assert not restarted.state.memory.entries and not restarted.state.memory.pod_entries
-    reasons = dict(restarted.resync.moved)
-    assert set(reasons) == {"sb-first", "sb-second", "sb-third"}
-    assert all("memory is no longer managed" in why for why in reasons.values())
-    assert restarted.resync.restored == 0
-    assert {s.mems for s in restarted.applied.values()} == {BOTH_NODES}
 
 
 def test_a_recreated_sandbox_of_an_admitted_pod_keeps_its_pod_cgroup_wanted() -> None:
@@ -1076,94 +818,3 @@ def test_changes_count_in_the_generation_and_no_ops_do_not() -> None:
     placement.take_pending_updates()
     assert placement.generation == counted + 2
 
-
-def restarted_after_filler(*pods: Pod, engine: Engine, recorded_under: Engine,
-                           filler: int = FILLER) -> tuple[Placement, Placement, dict[str, Settings]]:
-    """The pods started after a pod that fills node 0's memory, then restarted on `engine` from the
-    checkpoints, the filler gone meanwhile (so today's rules would put their memory on node 0); and the
-    restart's updates."""
-    live = Placement(recorded_under)
-    for p in (make_pod("filler", app("app", guaranteed(1000, filler)), uid="uid-filler"), *pods):
-        start(live, p)
-    live.take_pending_updates()
-    rows = [Observed(cid, f"sb-{cid.split('-')[0]}", cid.split("-", 1)[1]) for cid in live.applied
-            if not cid.startswith("filler-")]
-    restarted = Placement(engine, recorded=checkpoints(live))
-    updates, _ = restarted.synchronize([sandbox_of(p) for p in pods], rows)
-    return live, restarted, updates
-
-
-def nodes_of(entries: Mapping[str, tuple[MemoryBlock, ...]]) -> set[tuple[int, ...]]:
-    return {block.numa_affinity for blocks in entries.values() for block in blocks}
-
-
-@pytest.mark.parametrize(("cpu_policy", "cpu"), [("static", 500), ("none", 2000)],
-                         ids=["fractional-cpu", "cpu-policy-none"])
-def test_restart_keeps_the_memory_of_a_pod_the_cpu_checkpoint_does_not_hold(
-        cpu_policy: str, cpu: int) -> None:
-    """A Guaranteed pod without exclusive CPUs has a memory record and no CPU record: it is taken back from
-    the memory record as a pod with both is, not re-placed anywhere as a pod the checkpoints never held."""
-    frac = make_pod("frac", app("c", guaranteed(cpu, 128 * MI)), uid="uid-frac")
-    settings = {"topology_policy": NO_ALIGNMENT, "cpu_policy": cpu_policy}
-    live, restarted, _ = restarted_after_filler(frac, engine=new_engine(**settings),
-                                                recorded_under=new_engine(**settings))
-
-    assert "uid-frac" not in live.state.cpu.entries
-    assert nodes_of(live.state.memory.entries["uid-frac"]) == {(1,)}
-    assert restarted.state.memory.entries["uid-frac"] == live.state.memory.entries["uid-frac"]
-    assert restarted.applied["frac-c"].mems == (1,)
-    assert restarted.resync == Resync(restored=1, released=1)
-    check_memory(restarted)
-
-
-def test_restart_keeps_the_blocks_of_a_pod_whose_init_container_the_memory_manager_forgot() -> None:
-    """Once the app starts, the memory manager forgets the standard init container before it (`AddContainer`),
-    so the checkpoint holds the app's blocks only: a restart keeps them where they are."""
-    staged = make_pod("p", init("setup", guaranteed(1000, GI)), app("app", guaranteed(2000, 2 * GI)),
-                      uid="uid-p")
-    live, restarted, updates = restarted_after_filler(
-        staged, engine=new_engine(topology_policy=NO_ALIGNMENT),
-        recorded_under=new_engine(topology_policy=NO_ALIGNMENT), filler=16284 * MI - 1536 * MI)
-
-    recorded = live.state.memory.entries["uid-p"]
-    assert recorded.keys() == {"app"} and nodes_of(recorded) == {(1,)}
-    assert restarted.state.memory.entries["uid-p"] == recorded
-    assert restarted.resync.moved == () and restarted.resync.restored == 1
-    assert updates["p-app"].mems == (1,)  # where it runs: the rows carry no memory nodes to compare
-    check_memory(restarted)
-
-
-def test_restart_under_pod_scope_alignment_moves_memory_split_across_nodes() -> None:
-    """Recorded under the topology policy none, a two-container pod's memory is split over both nodes while
-    its CPUs are on node 0; single-numa-node in pod scope aligns the pod on one node, which the blocks
-    rebuilt as hints cannot show for several containers, so the split is refused by name."""
-    two = make_pod("two", app("a", guaranteed(2000, 64 * MI)), app("b", guaranteed(2000, 64 * MI)),
-                   uid="uid-two")
-    live, restarted, _ = restarted_after_filler(two, engine=new_engine(),
-                                                recorded_under=new_engine(topology_policy=NO_ALIGNMENT))
-
-    assert nodes_of(live.state.memory.entries["uid-two"]) == {(0,), (1,)}
-    [(sandbox_id, reason)] = restarted.resync.moved
-    assert sandbox_id == "sb-two" and "pod scope under the topology policy single-numa-node" in reason
-    assert nodes_of(restarted.state.memory.entries["uid-two"]) == {(0,)}
-    check_memory(restarted)
-
-
-def test_restart_under_container_scope_keeps_an_init_containers_cpus_the_app_reuses() -> None:
-    """The app reuses its standard init container's exclusive CPU, so their recorded slices overlap; they are
-    taken back exactly as recorded (the rules, choosing again inside them, would give the init container
-    another of the app's CPUs), not re-chosen and reported as moved."""
-    staged = make_pod("p", init("setup", guaranteed(1000, 256 * MI)), sidecar("log"),
-                      app("app", guaranteed(3000, 512 * MI)), budget=guaranteed(5000, GI), uid="uid-p")
-    engine = new_engine(scope=Scope.CONTAINER, topology_policy=NO_ALIGNMENT)
-    live = Placement(engine)
-    start(live, staged)
-    recorded = live.state.cpu.entries["uid-p"]
-    assert recorded["setup"].is_subset(recorded["app"]), "the app reuses the init container's CPU"
-    rows = [Observed(cid, "sb-p", cid.split("-", 1)[1]) for cid in live.applied]
-    restarted = Placement(engine, recorded=checkpoints(live))
-
-    restarted.synchronize([sandbox_of(staged)], rows)
-
-    assert restarted.state.cpu.entries["uid-p"] == recorded
-    assert restarted.resync == Resync(restored=1)

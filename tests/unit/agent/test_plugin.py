@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 
 from podlevel.agent.events import Observer, error_type
+from podlevel.agent.nri_messages import by_settings, sandbox_of, updates_of
 from podlevel.agent.placement import Placement
-from podlevel.agent.plugin import PodLevelPlugin, by_settings, sandbox_of, updates_of
+from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
 from podlevel.agent.records import Settings
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
-from podlevel.engine.manager import Assignment, Checkpointed, NodeState, PodDecision
+from podlevel.engine.manager import Assignment, NodeState, PodDecision
+from podlevel.engine.restore import Checkpointed
 from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.nri.runtime import EVENTS_FROM_V0_10, RuntimeInfo

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from podlevel.agent.startup import restored_state
-from podlevel.engine.manager import Checkpointed, Engine, NodeState
+from podlevel.engine.manager import Engine, NodeState
+from podlevel.engine.restore import Checkpointed
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.store import StateDir
 from support.builders import fast_path, new_engine

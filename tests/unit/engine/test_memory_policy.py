@@ -24,6 +24,7 @@ from podlevel.engine.pod import Pod, Resources
 from podlevel.engine.topology import CPUInfo, NUMANode, Topology
 from podlevel.engine.topology_manager import TopologyHint
 from support.builders import GI, MI, app, burstable, guaranteed, init, pod, sidecar
+from support.memory_state import check_memory_state
 
 HP1G = "hugepages-1Gi"
 HP2M = "hugepages-2Mi"
@@ -434,7 +435,7 @@ def test_a_single_node_inside_a_group_is_widened_to_the_group() -> None:
     target = pod("b", app("c", guaranteed(memory=256 * MI)))
     widened = p.allocate(state, target, target.containers[0], hint(0, preferred=False))
     assert widened.entries["b"]["c"] == (block((0, 1), "memory", 256 * MI),)
-    p.check_state(widened)
+    check_memory_state(p, widened)
     with pytest.raises(
         UnexpectedAdmissionError, match=r"belong to a multi-node group and the placement around"
     ):
@@ -459,7 +460,7 @@ def test_init_container_memory_is_reused_by_the_app_container() -> None:
         "app": (block((0,), "memory", 2 * GI),),
     }
     assert sum(b.size for blocks in state.entries["p"].values() for b in blocks) == 3 * GI
-    p.check_state(state)
+    check_memory_state(p, state)
 
 
 def test_sidecar_memory_is_not_reused() -> None:
@@ -542,7 +543,7 @@ def test_pod_scope_mixed_partitions_the_budget() -> None:
     assert state.pod_entries["mixed"] == (block((1,), "memory", 4 * GI),)
     assert table(state, 1) == (4 * GI, 4 * GI) and state.machine[1].assignments == 1
     assert {p.mems_of(state, "mixed", c.name) for c in POD_SCOPE_MIXED.all_containers} == {(1,)}
-    p.check_state(state)
+    check_memory_state(p, state)
 
 
 def test_empty_shared_pool_is_refused() -> None:
@@ -727,7 +728,7 @@ def test_check_state_accepts_what_the_policy_built() -> None:
     ]
     free_reserved = [(0, 1536 * MI), (GI, 512 * MI), (512 * MI, GI), (1536 * MI, 0)]
     assert [table(built, n) for n in range(4)] == free_reserved
-    p.check_state(built)  # raises InputError naming the first difference
+    check_memory_state(p, built)  # raises InputError naming the first difference
 
 
 @pytest.mark.parametrize(
@@ -760,7 +761,7 @@ def test_check_state_names_the_difference(tamper: object, message: str) -> None:
     )
     assert callable(tamper)
     with pytest.raises(InputError, match=message):
-        p.check_state(tamper(state))
+        check_memory_state(p, tamper(state))
 
 
 def test_check_state_refuses_a_changed_reservation() -> None:
@@ -769,7 +770,7 @@ def test_check_state_refuses_a_changed_reservation() -> None:
     with pytest.raises(
         InputError, match="node 1 memory: system_reserved is 0, the machine and reservation give"
     ):
-        changed.check_state(state)
+        check_memory_state(changed, state)
 
 
 # -- invariants over random sequences --------------------------------------------------------------------
@@ -842,7 +843,7 @@ def test_accounting_invariants(steps: Steps) -> None:
             for entry in node.memory_map.values():
                 assert entry.free >= 0 and entry.reserved >= 0
                 assert entry.free + entry.reserved == entry.allocatable
-        p.check_state(state)
+        check_memory_state(p, state)
     for uid, containers in list(state.entries.items()):
         for name in list(containers):
             state = p.remove_container(state, uid, name)
