@@ -1,16 +1,17 @@
 """Container cgroups put back when something else changed them: the kubelet's CPU manager reconcile loop.
 
 The plugin tells the runtime each container's settings (cpuset, memory nodes, CFS quota) through NRI; the
-runtime writes them once. A cpuset written later by hand or by another agent stays wrong until the
-container is recreated, and a shared container left on an exclusive CPU takes time from the container that
-owns it. The kubelet re-applies every container's cpuset each `cpuManagerReconcilePeriod`; `DriftRepair`
-does the same each `--reconcile-period` and after every Synchronize: it reads each container's cgroup files
-against what the plugin last applied and writes the intended values back (the runtime's record already
-holds them: they were the plugin's own adjustment). A Synchronize counts once the registration it belongs
-to is complete (`ready`): the runtime has applied its updates by then. A value read while a decision was
-being made is checked again under the handler lock before it is written, so a repair never undoes a newer
-decision. Each repair is counted (`Observer.cgroup_repaired`) and logged once per container, fields and
-values found; a container that cannot be read (it exited, its cgroup is gone) is left to the next round.
+runtime writes them once. A cpuset written later by hand or by another agent stays wrong until the container
+is recreated, and a shared container left on an exclusive CPU takes time from the container that owns it. The
+kubelet re-applies every container's cpuset each `cpuManagerReconcilePeriod`; `DriftRepair` does the same each
+`--reconcile-period` and after every Synchronize: it reads each container's cgroup files against what the
+plugin last applied (drift as `cgroups.compare` defines it for `check` too) and writes the intended values
+back (the runtime's record already holds them: they were the plugin's own adjustment; a container whose update
+did not fit an answer yet is left alone until one carries it). A Synchronize counts once the registration it
+belongs to is complete (`ready`): the runtime has applied its updates by then. A value read while a decision
+was being made is checked again under the handler lock before it is written, so a repair never undoes a newer
+decision. Each repair is counted (`Observer.cgroup_repaired`) and logged once per container, fields and values
+found; a container that cannot be read (it exited, its cgroup is gone) is left to the next round.
 """
 
 from __future__ import annotations
@@ -29,16 +30,18 @@ from podlevel.cgroups import (
     Cgroup,
     CgroupError,
     Cpuset,
+    FieldDrift,
+    Found,
+    Wanted,
+    compare,
     cpu_max_text,
+    limit_of,
     locate_cgroup,
-    read_configured,
-    read_cpu_max,
-    read_effective,
     write_cpu_max,
     write_cpuset,
 )
-from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import InputError
 from podlevel.eventlog import logger
 
 log = logger(__name__)
@@ -48,50 +51,41 @@ RESYNC_POLL_S: Final = 0.5
 
 
 @dataclass(frozen=True)
-class Drift:
-    """One container whose cgroup does not hold what the plugin applied."""
+class ContainerDrift:
+    """One container whose cgroup does not hold what the plugin applied, in fields its own files can fix."""
 
     container_id: str
     cgroup: Cgroup
     wanted: Settings
-    found: Cpuset
-    found_quota: int | None
-    """The CFS quota found (None: no limit); compared only when the plugin sets the quota."""
+    found: Found
+    fields: tuple[FieldDrift, ...]
 
-    def fields(self) -> list[str]:
-        wanted = self.wanted
-        names = []
-        if self.found.cpus != wanted.cpus:
-            names.append("cpus")
-        if self.found.mems != CPUSet(wanted.mems):
-            names.append("mems")
-        if wanted.cpu_quota_us is not None and self.found_quota != _quota(wanted):
-            names.append("quota")
-        return names
+    @property
+    def names(self) -> list[str]:
+        return [f.field for f in self.fields]
 
 
-def _quota(settings: Settings) -> int | None:
-    return None if settings.cpu_quota_us == UNLIMITED_QUOTA else settings.cpu_quota_us
-
-
-def find_drifts(snapshot: NodeSnapshot, root: Path) -> Iterator[Drift]:
-    """Every container of the snapshot whose cgroup differs from what was applied to it. A configured
-    cpuset field left empty (v2: the parent's) is compared by what is in force."""
+def find_drifts(snapshot: NodeSnapshot, root: Path) -> Iterator[ContainerDrift]:
+    """Every container of the snapshot whose cgroup differs from what was applied to it, by the rule
+    `cgroups.compare` states. Containers whose settings did not fit an answer yet (`unsent`) are skipped:
+    the runtime still has their older settings, and so may their cgroups."""
+    unsent = snapshot.placement.unsent
     for container_id, wanted in snapshot.placement.applied.items():
         cgroups_path = snapshot.cgroups_paths.get(container_id)
-        if not cgroups_path:
+        if not cgroups_path or container_id in unsent:
             continue
         try:
             cgroup = locate_cgroup(cgroups_path, root)
-            configured = read_configured(cgroup.cpuset_dir, cgroup.version)
-            if not (configured.cpus and configured.mems):
-                configured = read_effective(cgroup.cpuset_dir, cgroup.version)
-            quota = read_cpu_max(cgroup)[0] if wanted.cpu_quota_us is not None else None
-        except (CgroupError, OSError):
+            found, drifts = compare(cgroup, _wanted(wanted), report=False)
+        except (CgroupError, OSError, InputError, ValueError):
             continue
-        drift = Drift(container_id, cgroup, wanted, configured, quota)
-        if drift.fields():
-            yield drift
+        repairable = tuple(d for d in drifts if d.repairable)
+        if repairable:
+            yield ContainerDrift(container_id, cgroup, wanted, found, repairable)
+
+
+def _wanted(settings: Settings) -> Wanted:
+    return Wanted(settings.cpus, CPUSet(settings.mems), settings.cpu_quota_us)
 
 
 class DriftRepair:
@@ -155,37 +149,39 @@ class DriftRepair:
                 self.observer.cgroup_repaired(name)
         return repaired
 
-    def _put_back(self, drift: Drift, snapshot: NodeSnapshot) -> list[str]:
+    def _put_back(self, drift: ContainerDrift, snapshot: NodeSnapshot) -> list[str]:
         wanted = drift.wanted
-        fields = drift.fields()
+        fields = drift.names
+        quota = None if wanted.cpu_quota_us is None else limit_of(wanted.cpu_quota_us)
         try:
             if "cpus" in fields or "mems" in fields:
                 write_cpuset(drift.cgroup, Cpuset(wanted.cpus, CPUSet(wanted.mems)))
             if "quota" in fields:
-                write_cpu_max(drift.cgroup, _quota(wanted), wanted.cpu_period_us)
+                write_cpu_max(drift.cgroup, quota, wanted.cpu_period_us)
         except (CgroupError, OSError) as err:
             self._log_once(drift, "failed", f"container {drift.container_id[:12]}: cannot put its cgroup "
                                             f"back ({', '.join(fields)}): {err}", error=True)
             return []
-        found = f"cpus={drift.found.cpus} mems={drift.found.mems} quota={cpu_max_text(drift.found_quota)}"
+        held = drift.found.in_force
+        found = f"cpus={held.cpus} mems={held.mems} quota={cpu_max_text(drift.found.quota_us)}"
         shared_on_exclusive = not wanted.assignment.exclusive and _on_exclusive(drift, snapshot)
         what = "a shared container found on exclusive CPUs; " if shared_on_exclusive else ""
         self._log_once(drift, found, f"container {drift.container_id[:12]}: {what}its cgroup was changed "
                                      f"behind the plugin's back ({found}), put back to cpus={wanted.cpus} "
-                                     f"mems={CPUSet(wanted.mems)} quota={cpu_max_text(_quota(wanted))}",
+                                     f"mems={CPUSet(wanted.mems)} quota={cpu_max_text(quota)}",
                        error=shared_on_exclusive)
         return fields
 
-    def _log_once(self, drift: Drift, found: str, message: str, *, error: bool = False) -> None:
-        key = (drift.container_id, ",".join(drift.fields()), found)
+    def _log_once(self, drift: ContainerDrift, found: str, message: str, *, error: bool = False) -> None:
+        key = (drift.container_id, ",".join(drift.names), found)
         if key in self._logged:
             return
         self._logged.add(key)
         (log.error if error else log.warning)("{what}", what=message, container=drift.container_id)
 
 
-def _on_exclusive(drift: Drift, snapshot: NodeSnapshot) -> bool:
+def _on_exclusive(drift: ContainerDrift, snapshot: NodeSnapshot) -> bool:
     """The drifted container's cgroup holds CPUs another container has to itself."""
     taken = CPUSet.union_of(settings.cpus for other, settings in snapshot.placement.applied.items()
                             if other != drift.container_id and settings.assignment.exclusive)
-    return bool(drift.found.cpus & taken)
+    return bool(drift.found.in_force.cpus & taken)

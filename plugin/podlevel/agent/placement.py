@@ -149,6 +149,8 @@ class Placement:
         self._pods: dict[str, dict[str, Settings | Follows]] = {}
         """pod uid -> container name -> its decided settings, or what it keeps when it follows the pool."""
         self.applied: dict[str, Settings] = {}
+        """container id -> the settings last handed out for it; those `is_unsent` names did not fit an answer
+        yet (the runtime has older ones), every other is what the runtime has."""
         self._plain = Follows(engine.topology.numa_node_ids, None, engine.config.cpu_period_us)
         """What a container in the node shared pool keeps: the node's own settings (`_node_shared`)."""
         self._followers = PoolFollowers()
@@ -266,7 +268,8 @@ class Placement:
             undo.run(self)
 
     def defer(self, container_ids: Iterable[str]) -> None:
-        """Updates handed out for these containers did not fit their answer: hand them out again."""
+        """Updates handed out for these containers did not fit their answer: hand them out again. Until an
+        answer carries them, `applied` holds settings the runtime does not have yet (`is_unsent`)."""
         self._unsent = self._unsent | {cid for cid in container_ids if cid in self._containers}
 
     def _verify_sandbox(self, sandbox: Sandbox, pod: Pod) -> None:
@@ -551,6 +554,10 @@ class Placement:
                 self._group(container_id, self._containers[container_id])
             self._regrouped = self._regrouped | ids.keys()
 
+    def is_unsent(self, container_id: str) -> bool:
+        """The container's `applied` settings were deferred: no answer has carried them yet."""
+        return container_id in self._unsent
+
     def container_ids(self) -> list[str]:
         return list(self._containers)
 
@@ -567,6 +574,7 @@ class Placement:
             {sid: r.pod_uid for sid, r in self._records.items() if r.pod_uid is not None},
             frozenset(sid for sid, r in self._records.items() if r.kept_out is not None),
             {sandbox_id: tuple(ids) for sandbox_id, ids in self._by_sandbox.items()},
+            frozenset(self._unsent),
         )
 
     def is_pod_level(self, sandbox: Sandbox) -> bool:

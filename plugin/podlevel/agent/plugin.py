@@ -204,8 +204,11 @@ class PodLevelPlugin(Handler):
         return self._lock
 
     def applied(self, container_id: str) -> Settings | None:
-        """What the container was last told (its settings as the runtime has them), under the lock."""
+        """What the container was last told (its settings as the runtime has them), under the lock; None when
+        it is unknown or its update was deferred (no answer has carried it yet)."""
         with self._lock:
+            if self.placement.is_unsent(container_id):
+                return None
             return self.placement.applied.get(container_id)
 
     def _commit(self, *, force: bool = False, within: float = 0.0) -> None:

@@ -96,6 +96,8 @@ class PlacementView:
     """Sandboxes of running managed pods a Synchronize could not admit again (left in the node pool)."""
     by_sandbox: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """sandbox id -> its containers' ids, in the order they were tracked (so a pod's are not searched for)."""
+    unsent: frozenset[str] = frozenset()
+    """Containers whose `applied` settings did not fit an answer yet: the runtime still has older ones."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,22 +1,14 @@
-"""A cgroup set beside what it should hold: every field that differs is a `Drift` naming the file, what was
-expected and what was found. For a cpuset the configured file is named when it differs (someone wrote it),
-else the `.effective` one (a parent clips it). A CFS quota the plugin leaves alone is not compared."""
+"""A cgroup set beside what it should hold, for the operator commands: every field that differs is a `Drift`
+row naming the file, what was expected and what was found, by the one rule of `cgroups.compare` (which the
+agent's drift repair uses too)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
-from podlevel.cgroups import (
-    Cgroup,
-    CgroupError,
-    cpu_max_file,
-    cpu_max_text,
-    cpuset_file_names,
-    read_configured,
-    read_cpu_max,
-    read_effective,
-)
+from podlevel.cgroups import Cgroup, CgroupError, Wanted, compare, cpu_max_text, limit_of
+from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 
@@ -51,38 +43,28 @@ class Drift:
 
 
 def expected_quota(quota_us: int | None) -> str | None:
-    """The plugin's quota (-1 = no limit, None = left alone) as the cgroup files spell it, to compare."""
-    return None if quota_us is None else cpu_max_text(None if quota_us < 0 else quota_us)
+    """The plugin's quota (-1 = no limit, None = left alone) as the cgroup files spell it."""
+    return None if quota_us is None else cpu_max_text(limit_of(quota_us))
 
 
 def read_cgroup(cgroup: Cgroup, expected: Expected, between: str) -> tuple[Found, list[Drift]]:
-    """What the cgroup holds, and every field that is not what it should be."""
-    names = cpuset_file_names(cgroup.version)
+    """What the cgroup holds, and every field that is not what it should be (`cgroups.compare`'s rule)."""
     try:
-        configured = read_configured(cgroup.cpuset_dir, cgroup.version)
-        effective = read_effective(cgroup.cpuset_dir, cgroup.version)
-        quota, _ = read_cpu_max(cgroup)
-    except (CgroupError, InputError, ValueError) as err:
+        found, drifts = compare(cgroup, _wanted(expected))
+    except (CgroupError, OSError, InputError, ValueError) as err:
         where = str(cgroup.cpuset_dir)
         return Found(error=str(err)), [Drift(where, expected_text(expected), f"unreadable: {err}", between)]
-    found_quota = cpu_max_text(quota)
-    drifts: dict[str, Drift] = {}
-    for name, want, have, have_effective, file, effective_file in (
-        ("cpus", expected.cpus, configured.cpus, effective.cpus, names.cpus, names.effective_cpus),
-        ("mems", expected.mems, configured.mems, effective.mems, names.mems, names.effective_mems),
-    ):
-        if want is None:
-            continue
-        wanted = CPUSet.parse(want)
-        if have and have != wanted:
-            drifts[name] = Drift(str(cgroup.cpuset_dir / file), str(wanted), str(have), between)
-        elif have_effective != wanted:
-            drifts[name] = Drift(str(cgroup.cpuset_dir / effective_file), str(wanted), str(have_effective),
-                                 between)
-    if expected.quota is not None and found_quota != expected.quota:
-        drifts["quota"] = Drift(str(cpu_max_file(cgroup)), expected.quota, found_quota, between)
-    found = Found(str(effective.cpus), str(effective.mems), found_quota, None, tuple(drifts))
-    return found, list(drifts.values())
+    assert found.effective is not None  # read for a report
+    shown = Found(str(found.effective.cpus), str(found.effective.mems), cpu_max_text(found.quota_us), None,
+                  tuple(d.field for d in drifts))
+    return shown, [Drift(str(d.file), d.expected, d.found, between) for d in drifts]
+
+
+def _wanted(expected: Expected) -> Wanted:
+    quota = expected.quota
+    quota_us = None if quota is None else UNLIMITED_QUOTA if quota == cpu_max_text(None) else int(quota)
+    return Wanted(None if expected.cpus is None else CPUSet.parse(expected.cpus),
+                  None if expected.mems is None else CPUSet.parse(expected.mems), quota_us)
 
 
 def expected_text(expected: Expected) -> str:

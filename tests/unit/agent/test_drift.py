@@ -15,7 +15,7 @@ from podlevel.agent.records import Settings
 from podlevel.engine.cfs import UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Assignment
-from support.builders import three_pods
+from support.builders import fast_path, sandbox, three_pods
 
 
 class Counting(Observer):
@@ -109,3 +109,22 @@ def test_a_container_whose_cgroup_is_gone_is_left_for_the_next_round(tmp_path: P
         (dirs["web-server"] / name).unlink()
     dirs["web-server"].rmdir()
     assert [d.container_id for d in find_drifts(plugin.snapshot, tmp_path)] == []
+
+
+def test_a_container_whose_update_did_not_fit_an_answer_is_left_to_the_runtime(tmp_path: Path) -> None:
+    """The pool moved web, but the update that moves it was deferred (it did not fit the answer): the
+    runtime, and so web's cgroup, still has the old CPUs, and the repair must not write ahead of it."""
+    plugin = three_pods()
+    dirs = lay_out(plugin, tmp_path)
+    before = plugin.applied("web-server")
+    assert before is not None
+    plugin.run_pod_sandbox(sandbox(fast_path("late", 4, 2)))
+    assert "web-server" in plugin.placement.take_pending_updates()
+    plugin.placement.defer(["web-server"])  # as an answer too small for it does
+    snapshot = plugin.snapshot
+    assert snapshot.placement.applied["web-server"].cpus != before.cpus
+
+    assert plugin.applied("web-server") is None
+    assert [d.container_id for d in find_drifts(snapshot, tmp_path)] == []
+    assert repairer(plugin, tmp_path, Counting()).repair(snapshot) == 0
+    assert (dirs["web-server"] / "cpuset.cpus").read_text() == f"{before.cpus}\n"
