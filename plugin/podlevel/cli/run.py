@@ -20,6 +20,7 @@ import signal
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -37,6 +38,7 @@ from podlevel.cli.mounts import problems as mount_problems
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import Engine
+from podlevel.engine.topology import Topology
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report import DEFAULT_DEBUG_ADDRESS, DEFAULT_METRICS_ADDRESS, DEFAULT_PODRESOURCES_SOCKET
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
@@ -190,70 +192,103 @@ def run(args: argparse.Namespace) -> int:
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if missing := list(mount_problems(args, launched=launched)):
         return wait_unready(args, "; ".join(missing))
-    # What start-up binds or starts is undone when a later step fails: a bad setting exits 2 with no port
-    # held and no socket file left, and the ports are bound only once the PodResources socket was made.
     try:
-        with contextlib.ExitStack() as undo:
-            topology = read_topology(args.sysfs_root)
-            engine = Engine(topology, engine_config(args, topology))
-            state = StateDir(Path(args.state_dir))
-            # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
-            metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
-            observer = metrics or Observer()
-            handler = PodLevelPlugin(
-                Placement(engine, recorded=restored_state(state, engine)),
-                state=state,
-                pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
-                observer=observer,
-            )
-            undo.callback(handler.close)
-            if launched:
-                stub = Stub.from_environment(handler, observer=metrics)
-                check_launched_socket(stub.socket_fd)
-            else:
-                stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
-            handler.send_updates = stub.update_containers
-            podresources = podresources_server(args, handler) if args.podresources_socket else None
-            if podresources is not None:
-                undo.callback(podresources.stop)
-            servers = report_servers(args, stub, metrics, handler, undo)
-            undo.pop_all()
+        agent = build_agent(args, launched=launched)
     except (InputError, InvalidIdentity, OSError, ValueError, StateDirError) as err:
         origin = origin_of(args.sources, str(err))
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
         return 2
-    log.info(
-        "node %s, scope %s, policy %s, reserved CPUs %s", topology.describe(), engine.config.scope.value,
-        engine.config.topology_policy.value, engine.reserved_cpus or "none",
-    )
-    for server in servers:
-        start_serving(server)
-    if podresources is not None:
-        podresources.start()
-    repair = drift_repair(args, handler, stub, observer)
-    if repair is not None:
-        repair.start()
+    config = agent.engine.config
+    log.info("node %s, scope %s, policy %s, reserved CPUs %s", agent.engine.topology.describe(),
+             config.scope.value, config.topology_policy.value, agent.engine.reserved_cpus or "none")
+    agent.start()
     # What start-up made (modules, classes, the engine's tables) lives as long as the process: out of the
     # cyclic collector's sight, its full collections walk only what the events made.
     gc.freeze()
     # A stop, not the default kill: the log lines still waiting and the checkpoint still pending are written.
-    signal.signal(signal.SIGTERM, lambda _signal, _frame: stub.stop())
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: agent.stub.stop())
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            stub.run()
+            agent.stub.run()
     finally:
-        try:
-            if repair is not None:
-                repair.stop()
-            if podresources is not None:
-                podresources.stop()
-            for server in servers:
-                server.stop()
-        finally:
-            handler.close()
+        agent.stop()
     # The line a rollout's log ends with: nothing was left for a SIGKILL to lose.
     log.info("stopped: last checkpoint written, sockets removed")
     return 0
+
+
+@dataclass
+class Agent:
+    """Everything `run` serves, built and bound but not started: `start` starts the HTTP servers, the
+    PodResources socket and the drift repair; `stub.run()` then serves the runtime until it stops; `stop`
+    undoes it all, the checkpoint written last."""
+
+    engine: Engine
+    handler: PodLevelPlugin
+    stub: Stub
+    servers: list[Server]
+    podresources: LazyGrpcSocket | None
+    repair: DriftRepair | None
+
+    def start(self) -> None:
+        for server in self.servers:
+            start_serving(server)
+        if self.podresources is not None:
+            self.podresources.start()
+        if self.repair is not None:
+            self.repair.start()
+
+    def stop(self) -> None:
+        try:
+            if self.repair is not None:
+                self.repair.stop()
+            if self.podresources is not None:
+                self.podresources.stop()
+            for server in self.servers:
+                server.stop()
+        finally:
+            self.handler.close()
+
+
+def build_agent(
+    args: argparse.Namespace,
+    *,
+    launched: bool,
+    topology: Topology | None = None,
+    plugin: type[PodLevelPlugin] = PodLevelPlugin,
+) -> Agent:
+    """The agent `args` (from `resolve`) describe, on the machine's topology (read from `--sysfs-root`
+    unless given), its handler a `plugin`. The one composition root: `run` and the benchmarks build the
+    agent here. What it binds is undone when a later step fails (a bad setting leaves no port held and no
+    socket file behind), and the ports are bound only once the PodResources socket was made. Raises
+    InputError, InvalidIdentity, OSError, ValueError or StateDirError."""
+    with contextlib.ExitStack() as undo:
+        topology = topology or read_topology(args.sysfs_root)
+        engine = Engine(topology, engine_config(args, topology))
+        state = StateDir(Path(args.state_dir))
+        # The metrics read the snapshot the handler publishes; without an endpoint nobody counts.
+        metrics = plugin_metrics(lambda: handler.snapshot) if args.metrics_address else None
+        observer = metrics or Observer()
+        handler = plugin(
+            Placement(engine, recorded=restored_state(state, engine)),
+            state=state,
+            pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
+            observer=observer,
+        )
+        undo.callback(handler.close)
+        if launched:
+            stub = Stub.from_environment(handler, observer=metrics)
+            check_launched_socket(stub.socket_fd)
+        else:
+            stub = Stub(handler, args.plugin_name, args.plugin_index, args.nri_socket, observer=metrics)
+        handler.send_updates = stub.update_containers
+        podresources = podresources_server(args, handler) if args.podresources_socket else None
+        if podresources is not None:
+            undo.callback(podresources.stop)
+        servers = report_servers(args, stub, metrics, handler, undo)
+        repair = drift_repair(args, handler, stub, observer)
+        undo.pop_all()
+    return Agent(engine, handler, stub, servers, podresources, repair)
 
 
 def wait_unready(args: argparse.Namespace, problem: str) -> int:

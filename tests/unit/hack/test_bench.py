@@ -1,55 +1,48 @@
 """hack/bench's pure parts: percentiles, the A/B interleaving, the events a pod's lifecycle sends and the keys
-of the comparison. Nothing here runs a plugin or asserts a time."""
+of the comparison, and the cgroup tree the runtime's end keeps. Nothing here runs a plugin or asserts a
+time."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-import pytest
+from benchmark.cgroup_tree import CgroupTree
+from benchmark.messages import pod_start, pod_stop
+from benchmark.node import bench_engine, burstable_pod, classic, pod_level
+from benchmark.runtime_peer import go_event_names
+from benchmark.stats import FIRST, LATER, Trip, block_order, compared, comparison, percentile
 
+from podlevel.agent.placement import Placement
+from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.engine.manager import Assignment
+from podlevel.nri import api
 from podlevel.nri.runtime import Event, mask_of
 
-BENCH = Path(__file__).resolve().parents[3] / "hack" / "bench.py"
 
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench"] = module  # dataclasses resolve their module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_percentile_is_nearest_rank_in_microseconds(bench: ModuleType) -> None:
+def test_percentile_is_nearest_rank_in_microseconds() -> None:
     values = [i * 1000 for i in range(1, 101)]  # 1..100 µs, shuffled order must not matter
-    assert bench.percentile(list(reversed(values)), 0.50) == 51.0
-    assert bench.percentile(values, 0.90) == 91.0
-    assert bench.percentile(values, 0.99) == 100.0
-    assert bench.percentile([7000], 0.99) == 7.0
+    assert percentile(list(reversed(values)), 0.50) == 51.0
+    assert percentile(values, 0.90) == 91.0
+    assert percentile(values, 0.99) == 100.0
+    assert percentile([7000], 0.99) == 7.0
 
 
-def test_blocks_alternate_which_plugin_goes_first(bench: ModuleType) -> None:
-    orders = [bench.block_order(block) for block in range(4)]
+def test_blocks_alternate_which_plugin_goes_first() -> None:
+    orders = [block_order(block) for block in range(4)]
     assert orders == [(0, 1), (1, 0), (0, 1), (1, 0)]
 
 
-def test_comparison_has_both_sides_and_ratios_for_every_figure(bench: ModuleType) -> None:
-    trip = bench.Trip
+def test_comparison_has_both_sides_and_ratios_for_every_figure() -> None:
+    trip = Trip
     trips = [
-        trip("fill-pod", bench.FIRST, False, False, 9000, 1000, 400),  # moves 400 others while filling
+        trip("fill-pod", FIRST, False, False, 9000, 1000, 400),  # moves 400 others while filling
         trip("pod-a", "RUN_POD_SANDBOX", True, False, 3000, 1000, 0),
-        trip("pod-a", bench.FIRST, True, False, 4000, 1000, 0),
-        trip("pod-a", bench.LATER, True, False, 2000, 1000, 0),
+        trip("pod-a", FIRST, True, False, 4000, 1000, 0),
+        trip("pod-a", LATER, True, False, 2000, 1000, 0),
         trip("pod-a", "STOP_CONTAINER", True, True, 1000, 500, 0),
         trip("fill-pod", "REMOVE_POD_SANDBOX", True, True, 100, 100, 0),  # started in the fill: not whole
     ]
-    numbers = bench.comparison(trips)
+    numbers = comparison(trips)
     for what in ("roundtrip", "first_container_roundtrip", "later_container_roundtrip",
                  "moving_others_roundtrip", "pod_lifecycle", "run_pod_sandbox_roundtrip"):
         for name in ("p50", "p90", "p99"):
@@ -66,37 +59,61 @@ def test_comparison_has_both_sides_and_ratios_for_every_figure(bench: ModuleType
     assert numbers["run_pod_sandbox_roundtrip_ratio_p50"] == 3.0
 
 
-def test_a_figure_without_samples_reports_only_its_count(bench: ModuleType) -> None:
-    assert bench.compared("pod_lifecycle", [], []) == {"pod_lifecycle_samples": 0}
+def test_a_figure_without_samples_reports_only_its_count() -> None:
+    assert compared("pod_lifecycle", [], []) == {"pod_lifecycle_samples": 0}
 
 
-def test_a_pod_sends_only_the_subscribed_events_first_and_later_containers_labelled(
-    bench: ModuleType,
-) -> None:
-    pod = bench._pod_level("uid-1")
+def test_a_pod_sends_only_the_subscribed_events_first_and_later_containers_labelled() -> None:
+    pod = pod_level("uid-1")
     mask = mask_of([Event.CREATE_CONTAINER, Event.STOP_CONTAINER, Event.REMOVE_POD_SANDBOX])
-    start = bench.pod_start(mask, pod)
+    start = pod_start(mask, pod)
     assert [(c.method, c.label) for c in start] == [
-        ("CreateContainer", bench.FIRST), ("CreateContainer", bench.LATER)
+        ("CreateContainer", FIRST), ("CreateContainer", LATER)
     ]
-    stop = bench.pod_stop(mask, pod)
+    stop = pod_stop(mask, pod)
     assert [c.label for c in stop] == ["STOP_CONTAINER", "STOP_CONTAINER", "REMOVE_POD_SANDBOX"]
     assert [c.last for c in stop] == [False, False, True]
-    with_sandbox = bench.pod_start(mask | Event.RUN_POD_SANDBOX.bit, pod)
+    with_sandbox = pod_start(mask | Event.RUN_POD_SANDBOX.bit, pod)
     assert with_sandbox[0].label == "RUN_POD_SANDBOX"
 
 
-def test_the_go_plugin_takes_the_same_subscription_by_name(bench: ModuleType) -> None:
+def test_the_go_plugin_takes_the_same_subscription_by_name() -> None:
     mask = mask_of([Event.STOP_POD_SANDBOX, Event.CREATE_CONTAINER])
-    assert bench.go_event_names(mask) == "stoppodsandbox,createcontainer"
+    assert go_event_names(mask) == "stoppodsandbox,createcontainer"
 
 
-def test_the_runtime_messages_pass_the_plugins_shape_check(bench: ModuleType) -> None:
+def test_the_runtime_messages_pass_the_plugins_shape_check() -> None:
     """The bench sends what a kubelet sends; a pod the plugin refused would time the refusal instead."""
-    plugin = bench.PodLevelPlugin(bench.Placement(bench.bench_engine()))
-    for index, shape in enumerate((bench._pod_level, bench._classic, bench._burstable)):
-        for call in bench.pod_start(mask_of([Event.CREATE_CONTAINER]), shape(f"pod-{index}")):
+    plugin = PodLevelPlugin(Placement(bench_engine()))
+    for index, shape in enumerate((pod_level, classic, burstable_pod)):
+        for call in pod_start(mask_of([Event.CREATE_CONTAINER]), shape(f"pod-{index}")):
             plugin.create_container(call.message.pod, call.message.container)
     assignments = {s.assignment for s in plugin.placement.applied.values()}
     assert {Assignment.POD_EXCLUSIVE, Assignment.NODE_EXCLUSIVE, Assignment.NODE_SHARED} <= assignments
     assert len(plugin.placement.state.pods) == 3, "every pod the bench sends is admitted, none refused"
+
+
+def test_the_cgroup_tree_is_kept_as_the_runtime_keeps_it(tmp_path: Path) -> None:
+    """A container's cgroup is made with the plugin's adjustment, updates land in the files (and in force),
+    a removed container's cgroup goes."""
+    tree = CgroupTree(tmp_path, "0-255", "0-7")
+    [create, *_] = pod_start(mask_of([Event.CREATE_CONTAINER]), pod_level("uid-1"))
+    request = create.message
+    assert isinstance(request, api.CreateContainerRequest)
+    tree.pods([request.pod])
+    adjusted = api.CreateContainerResponse()
+    adjusted.adjust.linux.resources.cpu.cpus = "2-3"
+    adjusted.adjust.linux.resources.cpu.quota.value = 50000
+    tree.answered("CreateContainer", request, adjusted)
+    directory = tmp_path / request.container.linux.cgroups_path.lstrip("/")
+    assert [(directory / n).read_text() for n in ("cpuset.cpus", "cpuset.mems", "cpu.max")] == [
+        "2-3\n", "0-7\n", "50000 100000\n"]
+
+    moved = api.StopContainerResponse(update=[api.ContainerUpdate(container_id=request.container.id)])
+    moved.update[0].linux.resources.cpu.cpus = "4"
+    tree.answered("StopContainer", api.StopContainerRequest(), moved)
+    assert (directory / "cpuset.cpus.effective").read_text() == "4\n"
+
+    removed = api.StateChangeEvent(event=api.REMOVE_CONTAINER, container=request.container)
+    tree.answered("StateChange", removed, api.Empty())
+    assert not directory.exists()
