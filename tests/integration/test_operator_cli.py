@@ -144,7 +144,7 @@ def test_explain_an_admitted_and_a_refused_pod(demo: DemoNode) -> None:
     assert "    CPU manager: cpu node 0 (preferred)" in lines
     # single-numa-node reports a hint over every node of a one-node machine as "any node"
     assert "    merged: any node (preferred) -> admitted by single-numa-node" in lines
-    assert "    main-app: pod_exclusive cpus 1 mems 0 quota max" in lines
+    assert "    main-app: pod_exclusive cpus 1 mems 0 quota off" in lines
 
     # explain keeps the newest decisions: a pod refused at its sandbox, gone from the node, is explained too
     refused = nri_podlevel("explain", "default/no-room", "--address", demo.plugin.debug_address)

@@ -54,7 +54,7 @@ from podlevel.agent.records import (
     Settings,
 )
 from podlevel.agent.resync import Resynced, Running, plan
-from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
+from podlevel.engine.cfs import CFS_PERIOD_US
 from podlevel.engine.errors import AdmissionError, InputError
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import AdmissionPath, Assignment, Engine, NodeState, PodDecision
@@ -307,8 +307,7 @@ class Placement:
             else Follows(d.mems, d.cpu_quota_us, d.cpu_period_us)
             for d in decision.containers
         }
-        exclusive = bool(decision.containers) and all(
-            d.cpu_quota_us == UNLIMITED_QUOTA for d in decision.containers)
+        exclusive = bool(decision.containers) and all(d.assignment.exclusive for d in decision.containers)
         cgroup = PodCgroupSettings(
             _pod_text(sandbox), pod.uid, sandbox.cgroup_parent, decision.bubble_cpus,
             decision.bubble_mems or self.engine.topology.numa_node_ids, exclusive,

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, fetch
+from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, quote
@@ -96,10 +97,8 @@ def render(answer: Mapping[str, Any]) -> list[str]:
         held = f" bubble cpus {bubble['cpus']} mems {bubble['mems']}" if bubble else ""
         lines.append("  decision:" + held)
         for c in decision["containers"]:
-            quota = "untouched" if c["cpu_quota_us"] is None else "max" if c["cpu_quota_us"] < 0 else (
-                f"{c['cpu_quota_us']}/{c['cpu_period_us']}")
             lines.append(f"    {c['name']}: {c['assignment']} cpus {c['cpus'] or '-'} mems {c['mems']} "
-                         f"quota {quota}")
+                         f"quota {quota_text(c['cpu_quota_us'])}")
     refusal = answer.get("refusal")
     if refusal and (error is None or refusal != f"{error['type']}: {error['message']}"):
         lines.append(f"  the runtime was answered: {refusal}")

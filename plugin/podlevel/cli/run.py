@@ -387,7 +387,7 @@ def start_serving(server: Server) -> None:
 def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> LazyGrpcSocket:
     """The PodResources service; gRPC is imported only for it. A socket that cannot be made is bad
     configuration of the flag at fault."""
-    from podlevel.report.podresources import podresources_socket
+    from podlevel.report.podresources_socket import podresources_socket
     from podlevel.report.unix_socket import SocketError
 
     try:

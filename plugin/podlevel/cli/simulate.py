@@ -42,6 +42,7 @@ from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, f
 from podlevel.cli.engine_flags import add_engine_arguments, engine_config
 from podlevel.cli.inputs import read_text, source_name
 from podlevel.cli.layout import columns
+from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpu_policy import CPUManagerOptions
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -224,7 +225,7 @@ def simulate(engine: Engine, pods: Sequence[Pod], live: LiveNode | None = None) 
     state = engine.initial_state() if live is None else live.state
     for pod in pods:
         if pod.uid in state.pods:
-            where = f"pod {pod.namespace}/{pod.name} (uid {pod.uid})"
+            where = f"pod {pod.key} (uid {pod.uid})"
             raise InputError("unique pods", f"{where} runs on the node already")
     outcomes: list[Outcome] = []
     for pod in pods:
@@ -299,9 +300,9 @@ def _pod_lines(outcome: Outcome, decision: PodDecision | None) -> list[str]:
         cpus = str(decision.bubble_cpus) if decision.bubble_cpus is not None else "-"
         mems = nodes_text(decision.bubble_mems) if decision.bubble_mems is not None else "-"
         bubble = f"  bubble cpus={cpus} mems={mems}"
-    rows = [["CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "CFS QUOTA/PERIOD"]]
+    rows = [["CONTAINER", "KIND", "ASSIGNMENT", "CPUS", "MEMS", "CFS QUOTA"]]
     for c in decision.containers:
-        quota = "untouched" if c.cpu_quota_us is None else f"{c.cpu_quota_us}/{c.cpu_period_us}"
+        quota = quota_text(c.cpu_quota_us)
         rows.append([c.name, c.kind.value, c.assignment.value, str(c.cpus) or "-", nodes_text(c.mems), quota])
     return [f"  {title}  admitted{bubble}", *columns(rows, "    ")]
 

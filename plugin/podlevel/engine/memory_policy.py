@@ -415,7 +415,7 @@ class StaticMemoryPolicy:
             for n in self.node_ids
         )
         return UnexpectedAdmissionError(
-            f"Allocate failed due to memory manager: pod {pod.namespace}/{pod.name}: {reason} "
+            f"Allocate failed due to memory manager: pod {pod.key}: {reason} "
             f"(free: {free}), which is unexpected",
             MEMORY,
         )

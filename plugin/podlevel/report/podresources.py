@@ -18,16 +18,14 @@ other pod, the containers the runtime has created, in that order.
 
 Every answer reads one `NodeSnapshot`, taken once per call, so it is consistent and never waits on an event.
 
-gRPC is loaded only when the first client connects (`podresources_socket`, `report.lazy_grpc`).
+The answers know nothing of their transport: the socket, and gRPC with it, is `report.podresources_socket`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable
+from typing import Final
 
 from podlevel._proto.podresources import api_pb2 as pb
 from podlevel.agent.records import Sandbox
@@ -35,17 +33,8 @@ from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.pod import ContainerKind
-from podlevel.report import DEFAULT_PODRESOURCES_SOCKET
-from podlevel.report.lazy_grpc import LazyGrpcSocket
-from podlevel.report.unix_socket import SocketError, group_id, warn_if_unreachable
-
-if TYPE_CHECKING:
-    import grpc
 
 log = logging.getLogger(__name__)
-
-KUBELET_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-"""The kubelet's own socket: never taken over, consumers must be able to ask either."""
 
 _LISTED_KINDS: Final = (ContainerKind.SIDECAR, ContainerKind.APP)
 
@@ -138,24 +127,3 @@ def allocatable_response(snapshot: NodeSnapshot) -> pb.AllocatableResourcesRespo
         if table.allocatable > 0
     ]
     return pb.AllocatableResourcesResponse(cpu_ids=cpus.sorted(), memory=memory_of(blocks))
-
-
-def podresources_socket(path: Path, snapshot: Callable[[], NodeSnapshot], *,
-                        group: str = "") -> LazyGrpcSocket:
-    """The service on a unix socket at `path`, mode 0600 (0660 for `group`, a name or a number), listening
-    now (so a bad path fails at start-up), gRPC loaded at the first client (`lazy_grpc`)."""
-    path = Path(os.path.abspath(path))
-    if os.path.realpath(path) == os.path.realpath(KUBELET_SOCKET):
-        raise SocketError("path", f"{path} is the kubelet's own PodResources socket; the plugin "
-                         f"needs a path of its own (default {DEFAULT_PODRESOURCES_SOCKET})")
-    gid = group_id(group) if group else None
-
-    def make_server() -> grpc.Server:
-        from podlevel.report.podresources_grpc import grpc_server
-
-        return grpc_server(snapshot)
-
-    served = LazyGrpcSocket(path, make_server, gid=gid, what="PodResources v1")
-    if gid is not None:
-        warn_if_unreachable(path, gid)
-    return served

@@ -1,4 +1,4 @@
-"""The PodResources v1 gRPC service: what `podresources.podresources_socket` loads, gRPC with it, when the
+"""The PodResources v1 gRPC service: what `podresources_socket` loads, gRPC with it, when the
 first client connects."""
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ def test_explain_an_admitted_and_a_refused_pod(node: Node, capsys: pytest.Captur
     ]
     assert "  merge for the pod, requested cpu=4, memory=1Gi:" in out
     assert "    merged: node 0 (preferred) -> admitted by single-numa-node" in out
-    assert "    app: pod_exclusive cpus 1,9 mems 0 quota max" in out
+    assert "    app: pod_exclusive cpus 1,9 mems 0 quota off" in out
 
     status, out, _ = run(capsys, "explain", "default/no-room", "--address", node.address)
     assert status == 0

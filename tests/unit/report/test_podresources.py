@@ -27,12 +27,8 @@ from podlevel.engine.topology_manager import Scope
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import sandbox_resources
 from podlevel.report.lazy_grpc import LazyGrpcSocket
-from podlevel.report.podresources import (
-    KUBELET_SOCKET,
-    allocatable_response,
-    list_response,
-    podresources_socket,
-)
+from podlevel.report.podresources import allocatable_response, list_response
+from podlevel.report.podresources_socket import KUBELET_SOCKET, podresources_socket
 from podlevel.report.unix_socket import SocketError, bind_private
 from support.builders import GI, MI, app, burstable, fast_path, guaranteed, init, new_engine, pod, sidecar
 
@@ -326,7 +322,7 @@ def test_grpc_is_loaded_only_when_a_client_connects(tmp_path: Path) -> None:
     relayed, and later clients reach gRPC itself."""
     script = f"""
 import sys
-from podlevel.report.podresources import podresources_socket
+from podlevel.report.podresources_socket import podresources_socket
 from support.builders import new_engine
 from podlevel.agent.placement import Placement
 from podlevel.agent.snapshot import NodeSnapshot
