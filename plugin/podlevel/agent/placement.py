@@ -146,6 +146,9 @@ class Placement:
         self._records: dict[str, SandboxRecord] = {}
         """What placement knows of each sandbox the runtime has shown, managed or not, by id: one frozen
         record, replaced on change (so an undo restores it whole)."""
+        self._sandboxes_of: dict[str, set[str]] = {}
+        """pod uid -> the ids of the sandboxes whose record holds it (`pod_uid`), kept with `_records`: a
+        sandbox event finds its pod's other sandboxes without looking at every record."""
         self._pods: dict[str, dict[str, Settings | Follows]] = {}
         """pod uid -> container name -> its decided settings, or what it keeps when it follows the pool."""
         self.applied: dict[str, Settings] = {}
@@ -314,6 +317,7 @@ class Placement:
             self.engine.config.cpu_period_us,
         )
         self._records[sandbox.id] = self._records[sandbox.id].admitted(pod.uid, cgroup)
+        self._sandboxes_of.setdefault(pod.uid, set()).add(sandbox.id)
         self._regroup(sandbox.id)
         self._pod_cgroups_changed.add(sandbox.id)
 
@@ -322,15 +326,26 @@ class Placement:
         allocations, and its pod cgroup (named by the pod's uid) is wanted as the other sandbox's."""
         record = self._records[sandbox.id]
         self._records[sandbox.id] = record.attached(uid, record.cgroup)
+        siblings = self._sandboxes_of.setdefault(uid, set())
+        siblings.add(sandbox.id)
         self._regroup(sandbox.id)
         if record.cgroup is not None:
             return
-        known = next((r.cgroup for r in self._records.values() if r.cgroup is not None and r.pod_uid == uid),
-                     None)
+        known = next((cgroup for sid in siblings if (cgroup := self._records[sid].cgroup) is not None), None)
         if known is not None:
             cgroup = replace(known, cgroup_parent=sandbox.cgroup_parent)
             self._records[sandbox.id] = record.attached(uid, cgroup)
             self._pod_cgroups_changed.add(sandbox.id)
+
+    def _unindex(self, sandbox_id: str, uid: str) -> bool:
+        """Drop the sandbox from its pod's sandboxes; whether the pod has others left."""
+        siblings = self._sandboxes_of.get(uid)
+        if siblings is None:
+            return False
+        siblings.discard(sandbox_id)
+        if not siblings:
+            del self._sandboxes_of[uid]
+        return bool(siblings)
 
     def take_pod_cgroup_changes(self) -> set[str]:
         """The sandbox ids whose pod cgroup wants changed since the last call (and forget them)."""
@@ -358,8 +373,7 @@ class Placement:
             self._pod_cgroups_changed.add(sandbox_id)
         for container_id in self.containers_of(sandbox_id):
             self.remove_container(container_id)
-        if (uid is not None and uid in self.state.pods
-                and all(r.pod_uid != uid for r in self._records.values())):
+        if uid is not None and not self._unindex(sandbox_id, uid) and uid in self.state.pods:
             self.state = self.engine.remove_pod(self.state, uid)
             del self._pods[uid]
         return uid is not None
@@ -620,6 +634,8 @@ class _Undo:
         self._container = (container_id, before)
 
     def run(self, placement: Placement) -> None:
+        record = placement._records.get(self._sandbox_id)
+        made = record.pod_uid if record is not None else None
         placement.state = self._state
         for table, before in reversed(self._entries):
             for key, value in before.items():
@@ -627,7 +643,13 @@ class _Undo:
                     table.pop(key, None)
                 else:
                     table[key] = value
-        # Groups follow the tables just put back.
+        # The index and the groups follow the tables just put back.
+        record = placement._records.get(self._sandbox_id)
+        kept = record.pod_uid if record is not None else None
+        if made is not None and made != kept:
+            placement._unindex(self._sandbox_id, made)
+        if kept is not None:
+            placement._sandboxes_of.setdefault(kept, set()).add(self._sandbox_id)
         if self._container is not None:
             container_id, before_tracked = self._container
             placement._untrack(container_id)

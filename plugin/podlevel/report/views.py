@@ -4,32 +4,9 @@ Both answer JSON, built on the request's thread from the latest `NodeSnapshot` (
 it carries), never from the live agent. CPU and node sets are Linux list strings (`0-3,8`), memory in bytes,
 CPU amounts in millicores.
 
-`/debug/node` (its types: `report.schema`, shared with the commands that read it):
-
-  {"generation": 12, "synchronized": true, "checkpoint_error": null | "why the last write failed",
-   "engine": {"scope": "pod", "topology_policy": "single-numa-node", "cpu_policy": "static",
-              "memory_policy": "Static", "reserved_cpus": "0",
-              "reserved_memory": {"0": {"memory": 104857600}},
-              "cpu_options": {"full-pcpus-only": "true"}, "topology_options": {}},
-   "topology": {"cpus": "0-1", "numa_nodes": {"0": "0-1"}},
-   "node_shared_pool": "0",
-   "numa_nodes": [{"node": 0,
-                   "cpus": {"all": "0-1", "reserved": "0", "bubbles": "1", "exclusive": "1", "free": ""},
-                   "memory": {"memory": {"total": N, "reserved": N, "allocatable": N, "bubbles": N,
-                                         "exclusive": N, "free": N}}}],
-   "pods": [{"namespace": "default", "name": "fast-path", "uid": "...", "sandbox_id": "...",
-             "managed": true, "status": "admitted" | "refused" | "kept-out" | "pending" | "unmanaged",
-             "refusal": null | "EmptyPodSharedPoolError: ...",
-             "shape": null | "<the pod-shape annotation of an admitted pod>",
-             "cgroup_parent": "/kubepods/pod...",
-             "bubble": null | {"cpus": "1", "mems": "0"},
-             "pod_cgroup": null | {"cpus": "1" | null, "mems": "0", "unlimited_quota": true,
-                                   "cpu_period_us": 100000, "failure": null | "why it is not written"},
-             "containers": [{"id": "...", "name": "main-app", "assignment": "pod_exclusive", "cpus": "1",
-                             "mems": "0", "cpu_quota_us": -1 | N | null, "cpu_period_us": 100000,
-                             "cgroups_path": "/kubepods/pod.../<id>"}]}],
-   "checkpoint": {"cpu": "<cpu_manager_state, the file's text as the plugin would write it now>",
-                  "memory": {<memory_manager_state>}}}
+`/debug/node`: its fields and their types are `report.schema`'s `NodeDocument`, shared with the commands
+that read it (`show`, `check`, `simulate --node`); the checkpoint's two files are given as the text the plugin
+would write now.
 
 Per NUMA node, `bubbles` are the pods' bubbles and `exclusive` the containers' own CPUs (inside a bubble or
 not), `free` what admissions can still take; memory `reserved` is the system reservation, `bubbles` the pods'

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from fnv_hash_fast import fnv1a_32
 
@@ -36,10 +36,14 @@ class GoValue:
     kind: Kind
     payload: object
 
-    def field(self, name: str) -> GoValue:
+    @property
+    def fields(self) -> tuple[tuple[str, GoValue], ...]:
+        """A struct's (field name, value) pairs, in declaration order."""
         assert self.kind == "struct"
-        fields: tuple[tuple[str, GoValue], ...] = self.payload  # type: ignore[assignment]
-        return next(value for field_name, value in fields if field_name == name)
+        return cast("tuple[tuple[str, GoValue], ...]", self.payload)
+
+    def field(self, name: str) -> GoValue:
+        return next(value for field_name, value in self.fields if field_name == name)
 
     @property
     def text(self) -> str:
@@ -50,17 +54,17 @@ class GoValue:
     def items(self) -> Mapping[str | int, GoValue]:
         """A map's entries; a nil map has none."""
         assert self.kind == "map"
-        return self.payload or {}  # type: ignore[return-value]
+        return cast("Mapping[str | int, GoValue]", self.payload or {})
 
     @property
     def elements(self) -> Sequence[GoValue]:
         assert self.kind == "slice"
-        return self.payload or ()  # type: ignore[return-value]
+        return cast("Sequence[GoValue]", self.payload or ())
 
     @property
     def target(self) -> GoValue | None:
         assert self.kind == "pointer"
-        return self.payload  # type: ignore[return-value]
+        return cast("GoValue | None", self.payload)
 
 
 def scalar(type_: str, text: str) -> GoValue:
@@ -94,8 +98,7 @@ def render(value: GoValue, show_type: bool = True) -> str:
     if value.kind == "scalar":
         return prefix + value.text
     if value.kind == "struct":
-        fields: tuple[tuple[str, GoValue], ...] = value.payload  # type: ignore[assignment]
-        return prefix + "{" + " ".join(f"{name}:{render(v)}" for name, v in fields) + "}"
+        return prefix + "{" + " ".join(f"{name}:{render(v)}" for name, v in value.fields) + "}"
     if value.payload is None:
         return prefix + "<nil>"
     if value.kind == "slice":

@@ -261,7 +261,7 @@ class Struct(Schema):
             return current, []
         if not isinstance(raw, JSONObject):
             raise GoDecodeError(path, f"cannot unmarshal {_json_type(raw)} into Go value of type {self.go}")
-        values = {name: value for name, value in current.payload}  # type: ignore[attr-defined]
+        values = dict(current.fields)
         unknown: list[str] = []
         for key, item in raw:
             target = self.field_for(key)

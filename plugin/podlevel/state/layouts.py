@@ -110,7 +110,7 @@ def _cpu_content(value: GoValue) -> Content:
         }
         for pod, containers in entries_value.items.items()
     }
-    fields = {name for name, _ in value.payload}  # type: ignore[attr-defined]
+    fields = {name for name, _ in value.fields}
     pod_entries = (
         {str(pod): CPUPodEntry.cpus(entry) for pod, entry in value.field("PodEntries").items.items()}
         if "PodEntries" in fields
@@ -153,7 +153,7 @@ def _memory_content(value: GoValue) -> Content:
         str(pod): {str(name): _blocks(blocks) for name, blocks in containers.items.items()}
         for pod, containers in value.field("Entries").items.items()
     }
-    fields = {name for name, _ in value.payload}  # type: ignore[attr-defined]
+    fields = {name for name, _ in value.fields}
     pod_entries = (
         {
             str(pod): _blocks(entry.field("MemoryBlocks"))
@@ -227,8 +227,5 @@ def written_by(kind: Kind, version: int) -> str:
     return _WRITERS[(kind, version)]
 
 
-# Reading.
-
 def with_field(value: GoValue, name: str, new: GoValue) -> GoValue:
-    fields: tuple[tuple[str, GoValue], ...] = value.payload  # type: ignore[assignment]
-    return go_struct(value.type, [(n, new if n == name else v) for n, v in fields])
+    return go_struct(value.type, [(n, new if n == name else v) for n, v in value.fields])

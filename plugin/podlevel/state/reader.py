@@ -283,6 +283,9 @@ def _failure(
             f"fields {', '.join(unknown)} belong to no {family.noun} "
             "layout this plugin reads, and no known layout verifies",
         )
+    # No layout verified: report the error of the older layout the file's own keys point at. Pod entries:
+    # the last layout before the newest (CPU v3, memory v2); CPU entries whose values are CPU lists, keyed by
+    # container id: CPU v1; otherwise the last layout without pod entries (CPU v2, memory v1).
     keys = {fold(key) for key, _ in obj}
     entries = next((value for key, value in obj if fold(key) == "entries"), None)
     if "podentries" in keys:
@@ -296,8 +299,3 @@ def _failure(
     else:
         likely = family.older[-1].version if family.kind == "memory" else 2
     return next((error for layout, error in failures if layout.version == likely), failures[-1][1])
-
-
-
-
-# Writing.
