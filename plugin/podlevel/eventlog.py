@@ -14,7 +14,11 @@ stack. Stdlib only, in the lowest layer, so every layer can log events.
 from __future__ import annotations
 
 import logging
+import sys
+from types import TracebackType
 from typing import Any, Final
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
 
 RECORD_ATTRIBUTES: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 """What every log record has of its own; any other attribute is an event's field."""
@@ -37,11 +41,11 @@ class EventLogger:
         """The stdlib Logger's check, under its name."""
         return self._logger.isEnabledFor(level)
 
-    def log(self, level: int, sentence: str, **fields: Any) -> None:
+    def log(self, level: int, sentence: str, *, exc_info: ExcInfo | None = None, **fields: Any) -> None:
         logger = self._logger
         if not logger.isEnabledFor(level):
             return
-        record = _EventRecord(logger.name, level, "", 0, sentence, None, None)
+        record = _EventRecord(logger.name, level, "", 0, sentence, None, exc_info)
         clash = RECORD_ATTRIBUTES.intersection(fields)
         if clash:
             raise KeyError(f"event fields {sorted(clash)} would overwrite the log record's own")
@@ -59,6 +63,10 @@ class EventLogger:
 
     def error(self, sentence: str, **fields: Any) -> None:
         self.log(logging.ERROR, sentence, **fields)
+
+    def exception(self, sentence: str, **fields: Any) -> None:
+        """`error` with the exception being handled, whose traceback the handler writes after the line."""
+        self.log(logging.ERROR, sentence, exc_info=sys.exc_info(), **fields)
 
 
 def logger(name: str) -> EventLogger:

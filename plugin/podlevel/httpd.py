@@ -9,6 +9,9 @@ handler subclass adds them (the webhook's POST).
 Connections are tracked (open, and whether a request is being read or answered on them) so a stop can be
 the one a rollout needs: `drain()` accepts no new connection, closes the idle kept-alive ones, lets the
 requests in flight finish with `Connection: close`, within a bound below the pod's grace period.
+
+Its two log lines (a failed route, a debug line per request) go through the stdlib logger, not `eventlog`:
+the two share the lowest layer, whose modules import none of each other.
 """
 
 from __future__ import annotations

@@ -7,14 +7,13 @@ job; this module decides what of them is worth restoring and says so in the log.
 
 from __future__ import annotations
 
-import logging
-
 from podlevel.engine.manager import Engine
 from podlevel.engine.restore import Checkpointed
+from podlevel.eventlog import logger
 from podlevel.state.engine_state import recorded_cpus, recorded_memory
 from podlevel.state.store import StateDir
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 def restored_state(state: StateDir, engine: Engine) -> Checkpointed | None:
@@ -25,13 +24,14 @@ def restored_state(state: StateDir, engine: Engine) -> Checkpointed | None:
     loaded = state.load()
     cpu, memory = loaded.cpu.content, loaded.memory.content
     if cpu is None:
-        log.info("no CPU checkpoint to restore from in %s: %s", state.path, loaded.cpu.reason)
+        log.info("no CPU checkpoint to restore from in {state_dir}: {reason}", state_dir=state.path,
+                 reason=loaded.cpu.reason)
         return None
     config = engine.config
     _warn_policy_change("CPU", cpu.policy_name, config.cpu_policy, "its CPUs only where they are")
     if memory is None:
-        log.info("no memory checkpoint to restore from in %s: %s; each pod's memory is placed by today's "
-                 "rules", state.path, loaded.memory.reason)
+        log.info("no memory checkpoint to restore from in {state_dir}: {reason}; each pod's memory is placed "
+                 "by today's rules", state_dir=state.path, reason=loaded.memory.reason)
         return Checkpointed(recorded_cpus(cpu))
     _warn_policy_change("memory", memory.policy_name, config.memory_policy, "its memory only where it is")
     return Checkpointed(recorded_cpus(cpu), recorded_memory(memory))
@@ -39,5 +39,6 @@ def restored_state(state: StateDir, engine: Engine) -> Checkpointed | None:
 
 def _warn_policy_change(manager: str, recorded: str, now: str, keeps: str) -> None:
     if recorded != now:
-        log.warning("the checkpoint was written under %s policy %r, now %r: each pod keeps %s valid under "
-                    "the new settings", manager, recorded, now, keeps)
+        log.warning("the checkpoint was written under {manager} policy {recorded!r}, now {now!r}: each pod "
+                    "keeps {keeps} valid under the new settings", manager=manager, recorded=recorded, now=now,
+                    keeps=keeps)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import logging
 import os
 import signal
 import stat
@@ -39,6 +38,7 @@ from podlevel.engine.errors import InputError
 from podlevel.engine.limits import shown
 from podlevel.engine.manager import Engine
 from podlevel.engine.topology import Topology
+from podlevel.eventlog import logger
 from podlevel.nri import DEFAULT_SOCKET_PATH, InvalidIdentity, Stub
 from podlevel.report import DEFAULT_DEBUG_ADDRESS, DEFAULT_METRICS_ADDRESS, DEFAULT_PODRESOURCES_SOCKET
 from podlevel.state.store import DEFAULT_STATE_DIR, StateDir, StateDirError
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from podlevel.report.lazy_grpc import LazyGrpcSocket
     from podlevel.report.metrics import PluginMetrics
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 ENV_PREFIX: Final = "NRI_PODLEVEL_"
 DEFAULT_NAME: Final = "podlevel"
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     restrict_umask()
     for notice in args.notices:
-        log.warning("%s", notice)
+        log.warning("{notice}", notice=notice)
     launched = "NRI_PLUGIN_SOCKET" in os.environ
     if missing := list(mount_problems(args, launched=launched)):
         return wait_unready(args, "; ".join(missing))
@@ -199,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"nri-podlevel run: bad configuration: {err}{origin}", file=sys.stderr)
         return 2
     config = agent.engine.config
-    log.info("node %s, scope %s, policy %s, reserved CPUs %s", agent.engine.topology.describe(),
-             config.scope.value, config.topology_policy.value, agent.engine.reserved_cpus or "none")
+    log.info("node {node}, scope {scope}, policy {policy}, reserved CPUs {reserved}",
+             node=agent.engine.topology.describe(), scope=config.scope.value,
+             policy=config.topology_policy.value, reserved=agent.engine.reserved_cpus or "none")
     agent.start()
     # What start-up made (modules, classes, the engine's tables) lives as long as the process: out of the
     # cyclic collector's sight, its full collections walk only what the events made.
@@ -298,7 +299,7 @@ def wait_unready(args: argparse.Namespace, problem: str) -> int:
     if args.on_missing_mount == "exit" or not args.metrics_address:
         print(f"nri-podlevel run: bad configuration: {problem}", file=sys.stderr)
         return 2
-    log.error("cannot start: %s", problem)
+    log.error("cannot start: {problem}", problem=problem)
     from podlevel.httpd import Server
     from podlevel.report.probes import probes
 
@@ -381,7 +382,7 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
 
 def start_serving(server: Server) -> None:
     server.start()
-    log.info("serving %s on %s", ", ".join(sorted(server.routes)), server.url)
+    log.info("serving {routes} on {url}", routes=", ".join(sorted(server.routes)), url=server.url)
 
 
 def podresources_server(args: argparse.Namespace, plugin: PodLevelPlugin) -> LazyGrpcSocket:

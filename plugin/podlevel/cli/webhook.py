@@ -11,7 +11,6 @@ again whenever the files change. Logs go to stderr as `run`'s do. Exit status 2 
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
@@ -20,9 +19,10 @@ from types import FrameType
 from typing import Any
 
 from podlevel.cli.log_output import LOG_FORMATS, configure_logging
+from podlevel.eventlog import logger
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -64,11 +64,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     server.start()
-    log.info("serving the admission webhook on %s", server.url)
+    log.info("serving the admission webhook on {url}", url=server.url)
     stopping.wait()
     left = server.drain(DRAIN_TIMEOUT_S)
     if left:
-        log.warning("stopped with %d reviews still in flight after %.0f s", left, DRAIN_TIMEOUT_S)
+        log.warning("stopped with {reviews} reviews still in flight after {timeout:.0f} s", reviews=left,
+                    timeout=DRAIN_TIMEOUT_S)
     else:
         log.info("stopped: every review in flight answered, every connection closed")
     return 0

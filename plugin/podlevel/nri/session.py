@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
@@ -32,6 +31,7 @@ from typing import Any, Final, TypeVar, cast
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
+from podlevel.eventlog import logger
 from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable, with_updates
 from podlevel.nri.identity import PluginIdentity
 from podlevel.nri.runtime import Event, RuntimeInfo, describe_mask
@@ -39,7 +39,7 @@ from podlevel.ttrpc.codec import Code, Request
 from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 
 # The stub's logger: a session is part of the stub, and operators filter its messages by one name.
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
@@ -205,12 +205,12 @@ class Session:
         budget = runtime.request_timeout if runtime and runtime.request_timeout else DEFAULT_REQUEST_TIMEOUT
         if elapsed > budget / 2:
             log.warning(
-                "NRI plugin %s: handler %s took %.3f s (waiting for earlier handlers included), over half "
-                "the runtime's %.3f s request timeout",
-                self.identity,
-                method,
-                elapsed,
-                budget,
+                "NRI plugin {plugin}: handler {method} took {elapsed:.3f} s (waiting for earlier handlers "
+                "included), over half the runtime's {budget:.3f} s request timeout",
+                plugin=self.identity,
+                method=method,
+                elapsed=elapsed,
+                budget=budget,
             )
 
     async def _configure(self, payload: bytes) -> bytes:
@@ -218,20 +218,21 @@ class Session:
         runtime = RuntimeInfo.from_configure(request)
         self.runtime = runtime
         log.info(
-            "NRI plugin %s: runtime %s %s (NRI %s) announced registration timeout %s, request timeout %s",
-            self.identity,
-            runtime.name,
-            runtime.version,
-            runtime.nri_version or "< v0.12, not reported",
-            _seconds(runtime.registration_timeout),
-            _seconds(runtime.request_timeout),
+            "NRI plugin {plugin}: runtime {runtime} {version} (NRI {nri}) announced registration timeout "
+            "{registration_timeout}, request timeout {request_timeout}",
+            plugin=self.identity,
+            runtime=runtime.name,
+            version=runtime.version,
+            nri=runtime.nri_version or "< v0.12, not reported",
+            registration_timeout=_seconds(runtime.registration_timeout),
+            request_timeout=_seconds(runtime.request_timeout),
         )
         events = self.events & runtime.valid_events
         if events != self.events:
             log.warning(
-                "NRI plugin %s: runtime does not offer %s; not subscribing to them",
-                self.identity,
-                describe_mask(self.events & ~runtime.valid_events),
+                "NRI plugin {plugin}: runtime does not offer {events}; not subscribing to them",
+                plugin=self.identity,
+                events=describe_mask(self.events & ~runtime.valid_events),
             )
         if events == 0:
             raise RpcError(
@@ -267,13 +268,14 @@ class Session:
         self.synchronized = True
         runtime = self.runtime
         log.info(
-            "NRI plugin %s: registered with %s %s, events %s; synchronized %d pods, %d containers",
-            self.identity,
-            runtime.name if runtime else "runtime",
-            runtime.version if runtime else "",
-            describe_mask(self.events & runtime.valid_events if runtime else self.events),
-            len(pods),
-            len(containers),
+            "NRI plugin {plugin}: registered with {runtime} {version}, events {events}; synchronized {pods} "
+            "pods, {containers} containers",
+            plugin=self.identity,
+            runtime=runtime.name if runtime else "runtime",
+            version=runtime.version if runtime else "",
+            events=describe_mask(self.events & runtime.valid_events if runtime else self.events),
+            pods=len(pods),
+            containers=len(containers),
         )
         self._on_synchronized()
         try:
@@ -282,7 +284,7 @@ class Session:
             raise unencodable("Synchronize", exc) from exc
 
     async def _shutdown(self, payload: bytes) -> bytes:
-        log.info("NRI plugin %s: runtime announced shutdown", self.identity)
+        log.info("NRI plugin {plugin}: runtime announced shutdown", plugin=self.identity)
         return _EMPTY
 
     async def _state_change(self, payload: bytes) -> bytes:

@@ -16,7 +16,6 @@ Invariants kept here:
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -26,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final
 
 from podlevel._proto.nri import api_pb2 as api
+from podlevel.eventlog import logger
 from podlevel.nri.handler import Handler, Updates, subscribed_events, with_updates
 from podlevel.nri.identity import PluginIdentity, launched_socket_fd, resolve_identity
 from podlevel.nri.runtime import RuntimeInfo
@@ -33,7 +33,7 @@ from podlevel.nri.session import RUNTIME_SERVICE, Session, decode, running_handl
 from podlevel.ttrpc.codec import Code
 from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 DEFAULT_SOCKET_PATH: Final = "/var/run/nri/nri.sock"
 
@@ -206,13 +206,13 @@ class Stub:
                 await registration
                 self._ready.clear()
                 if self.socket_fd is not None:
-                    log.info("NRI plugin %s: launch socket closed, exiting", self.identity)
+                    log.info("NRI plugin {plugin}: launch socket closed, exiting", plugin=self.identity)
                     return
             if self._stopping.is_set():
                 break
             if session.synchronized:
                 delay = self.backoff_initial
-            log.info("NRI plugin %s: reconnecting in %.1f s", self.identity, delay)
+            log.info("NRI plugin {plugin}: reconnecting in {delay:.1f} s", plugin=self.identity, delay=delay)
             self.observer.reconnecting()
             await self._sleep_unless_stopped(delay)
             delay = min(delay * 2, self.backoff_max)
@@ -277,7 +277,8 @@ class Stub:
             return await Transport.open_unix(self.socket_path, handlers, name=name)
         except OSError as exc:
             where = f"fd {self.socket_fd}" if self.socket_fd is not None else self.socket_path
-            log.warning("NRI plugin %s: cannot connect to the runtime at %s: %s", self.identity, where, exc)
+            log.warning("NRI plugin {plugin}: cannot connect to the runtime at {where}: {error}",
+                        plugin=self.identity, where=where, error=exc)
             return None
 
     async def _register(self, transport: Transport) -> None:

@@ -11,19 +11,19 @@ apart from its answers, `server_v1.go`, likewise.)
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from podlevel.eventlog import logger
 from podlevel.report.unix_socket import SocketError, bind_private, remove_if_same
 
 if TYPE_CHECKING:
     import grpc
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 STOP_GRACE_S: Final = 1.0
 RELAY_CHUNK: Final = 1 << 16
@@ -61,7 +61,7 @@ class LazyGrpcSocket:
     def start(self) -> None:
         self._waiting = threading.Thread(target=self._first_client, name="grpc-listener", daemon=True)
         self._waiting.start()
-        log.info("serving %s on unix:%s", self._what, self.path)
+        log.info("serving {what} on unix:{socket_path}", what=self._what, socket_path=self.path)
 
     def _first_client(self) -> None:
         try:
@@ -75,7 +75,8 @@ class LazyGrpcSocket:
             try:
                 self._start_grpc()
             except Exception as err:  # whatever stops gRPC, the waiting clients get their socket closed
-                log.error("cannot serve %s on unix:%s: %s", self._what, self.path, err)
+                log.error("cannot serve {what} on unix:{socket_path}: {error}", what=self._what,
+                          socket_path=self.path, error=err)
                 first.close()
                 self._listener.close()
                 return
@@ -106,7 +107,7 @@ class LazyGrpcSocket:
         self._created = bind_private(self.path, bind, gid=self._gid)
         server.start()
         self._server = server
-        log.info("%s: gRPC started for the first client", self._what)
+        log.info("{what}: gRPC started for the first client", what=self._what)
 
     def _relay(self, client: socket.socket) -> None:
         """Carry one connection the listener took to the gRPC server, each way on its own thread."""
@@ -114,7 +115,8 @@ class LazyGrpcSocket:
         try:
             upstream.connect(str(self.path))
         except OSError as err:
-            log.warning("%s: cannot relay a connection to unix:%s: %s", self._what, self.path, err)
+            log.warning("{what}: cannot relay a connection to unix:{socket_path}: {error}", what=self._what,
+                        socket_path=self.path, error=err)
             upstream.close()
             client.close()
             return

@@ -23,7 +23,6 @@ The answers know nothing of their transport: the socket, and gRPC with it, is `r
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Final
 
@@ -33,8 +32,6 @@ from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.memory_policy import MemoryBlock
 from podlevel.engine.pod import ContainerKind
-
-log = logging.getLogger(__name__)
 
 _LISTED_KINDS: Final = (ContainerKind.SIDECAR, ContainerKind.APP)
 

@@ -10,7 +10,6 @@ left by an earlier run is replaced by that rename; any other file there is refus
 from __future__ import annotations
 
 import grp
-import logging
 import os
 import stat
 import tempfile
@@ -18,7 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Literal
 
-log = logging.getLogger(__name__)
+from podlevel.eventlog import logger
+
+log = logger(__name__)
 
 class SocketError(Exception):
     """A socket that cannot be made as asked. `about` says which setting is at fault, `path` (where) or
@@ -89,5 +90,6 @@ def warn_if_unreachable(path: Path, gid: int) -> None:
     directory = path.parent.stat()
     group_may = directory.st_gid == gid and directory.st_mode & stat.S_IXGRP
     if not (group_may or directory.st_mode & stat.S_IXOTH):
-        log.warning("%s is open to group %d, but its directory %s (mode %o) does not let the group in",
-                    path, gid, path.parent, stat.S_IMODE(directory.st_mode))
+        log.warning("{socket_path} is open to group {gid}, but its directory {directory} (mode {mode:o}) "
+                    "does not let the group in", socket_path=path, gid=gid, directory=path.parent,
+                    mode=stat.S_IMODE(directory.st_mode))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import logging
 import os
 import stat
 import tempfile
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Generic, TypeVar
 
+from podlevel.eventlog import logger
 from podlevel.state.formats import (
     NEWEST,
     NOT_A_FILE,
@@ -43,7 +43,7 @@ from podlevel.state.formats import (
     newest_encoder,
 )
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 DEFAULT_STATE_DIR: Final = Path("/var/lib/nri-podlevel")
 CPU_STATE_FILE: Final = "cpu_manager_state"
@@ -191,8 +191,8 @@ class StateDir:
             except OSError as err:
                 raise StateDirError(f"state dir {path}: writable by others (mode {stat.S_IMODE(mode):o}) "
                                     f"and cannot be narrowed: {err.strerror}") from None
-            log.warning("state dir %s was writable by others (mode %o); narrowed to 700", path,
-                        stat.S_IMODE(mode))
+            log.warning("state dir {state_dir} was writable by others (mode {mode:o}); narrowed to 700",
+                        state_dir=path, mode=stat.S_IMODE(mode))
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:
@@ -202,7 +202,7 @@ class StateDir:
             for leftover in self.path.glob(f".{name}.*.tmp"):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
-                    log.info("removed %s, left by a write that did not finish", leftover)
+                    log.info("removed {leftover}, left by a write that did not finish", leftover=leftover)
 
     @property
     def cpu_file(self) -> Path:
@@ -282,22 +282,18 @@ class StateDir:
                     )
                 content = content.migrate(containers)
             except MigrationError as err:
-                log.warning("%s: not used: %s", path, err)
+                log.warning("{file}: not used: {reason}", file=path, reason=err)
                 return Loaded(None, version=1, reason=str(err))
         migrated = False
         if decoded.version != NEWEST[kind]:
             try:
                 atomic_write(path, encode(content), self._writer)
                 migrated = True
-                log.info("%s: migrated from V%d to V%d", path, decoded.version, NEWEST[kind])
+                log.info("{file}: migrated from V{old} to V{new}", file=path, old=decoded.version,
+                         new=NEWEST[kind])
             except OSError as err:
-                log.error(
-                    "%s: loaded V%d but could not rewrite it as V%d: %s",
-                    path,
-                    decoded.version,
-                    NEWEST[kind],
-                    err,
-                )
+                log.error("{file}: loaded V{old} but could not rewrite it as V{new}: {error}", file=path,
+                          old=decoded.version, new=NEWEST[kind], error=err)
         return Loaded(content, version=decoded.version, migrated=migrated)
 
     def _move_aside(self, path: Path, err: CorruptCheckpoint) -> Loaded[Content]:
@@ -310,16 +306,11 @@ class StateDir:
         try:
             os.rename(path, target)
         except OSError as move_error:
-            log.error(
-                "%s is corrupt (%s) and could not be moved aside (%s); rebuilding state from the runtime",
-                path,
-                err,
-                move_error.strerror,
-            )
+            log.error("{file} is corrupt ({reason}) and could not be moved aside ({error}); rebuilding state "
+                      "from the runtime", file=path, reason=err, error=move_error.strerror)
             return Loaded(None, reason=str(err))
-        log.warning(
-            "%s is corrupt (%s); moved aside to %s, rebuilding state from the runtime", path, err, target.name
-        )
+        log.warning("{file} is corrupt ({reason}); moved aside to {moved_to}, rebuilding state from the "
+                    "runtime", file=path, reason=err, moved_to=target.name)
         return Loaded(None, reason=str(err), moved_to=target)
 
 

@@ -22,16 +22,16 @@ reported after a sync, unless the newest write failed.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Final
 
+from podlevel.eventlog import logger
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
 from podlevel.state.store import StateDir
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
 SYNC_AFTER_QUIET_SECONDS: Final = 0.5

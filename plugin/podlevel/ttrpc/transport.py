@@ -35,12 +35,14 @@ import inspect
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from types import TracebackType
 from typing import Any, Final, cast
 
+from podlevel.eventlog import logger
 from podlevel.ttrpc.codec import Code, Connection, Rejected, Request, Response, Role, code_name
 from podlevel.ttrpc.errors import MessageTooLarge, ProtocolError
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 # Bytes asked of the socket per read: large enough that a multi-megabyte Synchronize arrives in a few
 # reads, small enough not to matter for memory.
@@ -233,7 +235,8 @@ class Transport(asyncio.BufferedProtocol):
         if self.close_reason is not None:
             return
         self.close_reason = reason
-        log.log(logging.WARNING if error else logging.INFO, "%s: connection closed: %s", self.name, reason)
+        log.log(logging.WARNING if error else logging.INFO, "{connection}: connection closed: {reason}",
+                connection=self.name, reason=reason)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(RpcError(Code.UNAVAILABLE, f"connection closed: {reason}"))
@@ -308,12 +311,13 @@ class Transport(asyncio.BufferedProtocol):
                 if isinstance(message, Request):
                     self._serve(message)
                 elif isinstance(message, Rejected):
-                    log.warning("%s: rejected request: %s", self.name, message.message)
+                    log.warning("{connection}: rejected request: {reason}", connection=self.name,
+                                reason=message.message)
                     self._write(self._conn.encode(message.response()))
                 else:
                     self._complete(message)
         except Exception as exc:  # a bug here must close the connection, not the event loop
-            log.error("%s: internal error", self.name, exc_info=exc)
+            log.error("{connection}: internal error", connection=self.name, exc_info=_exc_info(exc))
             self.close(f"internal error: {exc!r}", error=True)
 
     # -- serving ------------------------------------------------------------------------------------------
@@ -321,7 +325,8 @@ class Transport(asyncio.BufferedProtocol):
     def _complete(self, response: Response) -> None:
         future = self._pending.get(response.stream_id)
         if future is None or future.done():
-            log.debug("%s: dropped response for stream %d: no call waits", self.name, response.stream_id)
+            log.debug("{connection}: dropped response for stream {stream}: no call waits",
+                      connection=self.name, stream=response.stream_id)
             return
         future.set_result(response)
 
@@ -348,7 +353,7 @@ class Transport(asyncio.BufferedProtocol):
             return
         exc = task.exception()
         if exc is not None:
-            log.error("%s: internal error", self.name, exc_info=exc)
+            log.error("{connection}: internal error", connection=self.name, exc_info=_exc_info(exc))
             self.close(f"internal error: {exc!r}", error=True)
 
     async def _answer(self, request: Request) -> None:
@@ -356,10 +361,12 @@ class Transport(asyncio.BufferedProtocol):
         try:
             data = self._conn.encode(response)
         except MessageTooLarge as exc:
-            log.error("%s: %s/%s reply not sent: %s", self.name, request.service, request.method, exc)
+            log.error("{connection}: {service}/{method} reply not sent: {error}", connection=self.name,
+                      service=request.service, method=request.method, error=exc)
             data = self._error(request, Code.RESOURCE_EXHAUSTED, f"reply: {exc}")
         except Exception as exc:  # whatever the reply holds, the request gets a status
-            log.error("%s: %s/%s reply not encodable: %s", self.name, request.service, request.method, exc)
+            log.error("{connection}: {service}/{method} reply not encodable: {error}", connection=self.name,
+                      service=request.service, method=request.method, error=exc)
             data = self._error(request, Code.INTERNAL, f"{request.method}: reply not encodable: {exc}")
         self._write(data)
         if close_reason is not None:
@@ -377,7 +384,7 @@ class Transport(asyncio.BufferedProtocol):
                 if request.service in self._services
                 else f"service {request.service}"
             )
-            log.debug("%s: answering Unimplemented for %s", self.name, what)
+            log.debug("{connection}: answering Unimplemented for {what}", connection=self.name, what=what)
             unimplemented = f"{what} is not implemented"
             return Response(request.stream_id, code=Code.UNIMPLEMENTED, message=unimplemented), None
         try:
@@ -387,7 +394,8 @@ class Transport(asyncio.BufferedProtocol):
             close = f"{request.method}: {code_name(exc.code)}: {message}" if exc.close_connection else None
             return Response(request.stream_id, code=exc.code, message=message), close
         except Exception as exc:  # a handler's bug fails its request, not the connection
-            log.exception("%s: handler for %s/%s failed", self.name, request.service, request.method)
+            log.exception("{connection}: handler for {service}/{method} failed", connection=self.name,
+                          service=request.service, method=request.method)
             message = f"{request.method}: internal error: {type(exc).__name__}: {exc}"
             return Response(request.stream_id, code=Code.INTERNAL, message=status_message(message)), None
         return Response(request.stream_id, payload=payload), None
@@ -396,3 +404,7 @@ class Transport(asyncio.BufferedProtocol):
         if self.close_reason is not None or self._transport is None:
             return
         self._transport.write(data)
+
+
+def _exc_info(exc: BaseException) -> tuple[type[BaseException], BaseException, TracebackType | None]:
+    return type(exc), exc, exc.__traceback__

@@ -16,7 +16,6 @@ Deployment's grace period, so a rollout never cuts a review the API server is wa
 
 from __future__ import annotations
 
-import logging
 import os
 import ssl
 import sys
@@ -26,10 +25,11 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from podlevel.eventlog import logger
 from podlevel.httpd import JSON, Handler, Query, Reply, Server, not_found
 from podlevel.podspec.admission import MAX_REVIEW_BYTES, NOTE_LIMIT, Action, Answer, review, unreadable
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 MUTATE_PATH: Final = "/mutate"
 HEALTH_PATH: Final = "/healthz"
@@ -53,16 +53,17 @@ class CertificateReloader:
             try:
                 stamp = self._files_stamp()
             except OSError as err:
-                log.warning("cannot stat the TLS files, serving the loaded certificate: %s", err)
+                log.warning("cannot stat the TLS files, serving the loaded certificate: {error}", error=err)
                 return self._context
             if stamp != self._stamp:
                 self._stamp = stamp
                 try:
                     self._context = self._load()
                 except (OSError, ssl.SSLError) as err:
-                    log.warning("TLS files changed but do not load, keeping the old certificate: %s", err)
+                    log.warning("TLS files changed but do not load, keeping the old certificate: {error}",
+                                error=err)
                 else:
-                    log.info("TLS certificate reloaded from %s", self.cert_file)
+                    log.info("TLS certificate reloaded from {cert_file}", cert_file=self.cert_file)
             return self._context
 
     def _files_stamp(self) -> tuple[int, ...]:
@@ -103,7 +104,7 @@ class WebhookServer(Server):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """One bounded line, not a traceback: a client that fails its handshake or hangs up is routine."""
         error = " ".join(str(sys.exc_info()[1]).split())[:NOTE_LIMIT]
-        log.warning("connection from %s failed: %s", client_address[0], error)
+        log.warning("connection from {client} failed: {error}", client=client_address[0], error=error)
 
 
 def _healthz(_: Query) -> Reply:
@@ -146,8 +147,9 @@ class _Handler(Handler):
 
 def _log(answer: Answer) -> None:
     if answer.note is not None:
-        log.warning("pod %s: pod-shape annotation %s: %s", answer.pod, answer.action, answer.note)
+        log.warning("pod {pod}: pod-shape annotation {action}: {note}", pod=answer.pod, action=answer.action,
+                    note=answer.note)
     elif answer.action is not Action.UNCHANGED:
-        log.info("pod %s: pod-shape annotation %s", answer.pod, answer.action)
+        log.info("pod {pod}: pod-shape annotation {action}", pod=answer.pod, action=answer.action)
     else:
-        log.debug("pod %s: nothing to change", answer.pod)
+        log.debug("pod {pod}: nothing to change", pod=answer.pod)
