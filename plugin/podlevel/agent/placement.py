@@ -29,7 +29,7 @@ Rules:
 
 No I/O: the NRI handler (`agent.plugin`) feeds it runtime data and turns its answers into NRI messages.
 What it keeps are frozen `agent.records`; a restart's plan is `agent.resync` (Synchronize applies it),
-the shape check `podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~670 lines
+the shape check `podspec.shape_check`, the groups of pool followers `agent.pool_followers`. The ~700 lines
 left are one job held together by one invariant (the class docstring): which containers' settings an event
 changed, found without looking at every container, and every change of a `create` recorded so its answer
 stands all or nothing (`_Undo`, which keeps the sandbox's frozen record); split further, each half would

@@ -1,7 +1,9 @@
 """The memory manager's `Static` policy: per-NUMA-node accounting of `memory` and each hugepage size.
 
-One module, as the kubelet's `policy_static.go` is one file: the hints, the allocation and the machine
-state's accounting share its invariants (below), and a reader checks them against the kubelet side by side.
+One module of ~700 lines, as the kubelet's `policy_static.go` is one file: the hints, the allocation and the
+machine state's accounting share its invariants (below), and a reader checks them against the kubelet side by
+side. Restoring recorded blocks is `restore`'s; the tests check every state against the kubelet's
+`validateState` (`tests/support/memory_state.py`).
 
 Semantics are the kubelet's (`pkg/kubelet/cm/memorymanager/policy_static.go`), including KEP-5526's
 `AllocatePod`. Only Guaranteed pods are managed. A container's (or pod's) request becomes one block per memory
@@ -18,9 +20,9 @@ Invariants kept by every operation (each returns a new `MemoryState` and never m
 - a pod-level pod (KEP-5526) charges the machine once with its pod budget (`pod_entries`); its containers'
   blocks are bookkeeping inside that budget, and the budget is released when its last container entry goes;
 - admitting a pod that already has `pod_entries` changes nothing (kubelet bug #140906 double-charged it).
-States handed in come from `initial_state` (the tests check each against the kubelet's `validateState`):
-hints use allocatable sums precomputed from the machine and the reservation. Restoring a pod's recorded
-blocks is `engine.restore`.
+States handed in come from `initial_state` or from this policy's operations (or `restore`'s, which charges
+recorded blocks as admission does): hints use allocatable sums precomputed from the machine and the
+reservation.
 """
 
 from __future__ import annotations
