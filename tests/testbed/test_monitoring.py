@@ -155,6 +155,20 @@ def test_every_metric_used_is_exported_with_its_type(spec: dict[str, Any], board
         "resource_manager_container_assignments"] == "gauge"
 
 
+SHARED_NAMES = re.compile(r"\bresource_manager_\w+")
+"""Metric names the kubelet exports too (with PodLevelResourceManagers on)."""
+
+
+def test_every_selector_of_a_name_the_kubelet_shares_names_the_job(
+    spec: dict[str, Any], board: dict[str, Any]
+) -> None:
+    """A rule or a panel that selects `resource_manager_*` without the job counts the kubelet's series too."""
+    exprs = [rule["expr"] for group in spec["groups"] for rule in group["rules"]] + dashboard_queries(board)
+    selectors = [m for expr in exprs for m in re.finditer(SHARED_NAMES.pattern + r"(\{[^}]*\})?", expr)]
+    assert len(selectors) >= 4, "the allocation error alert and three panels"
+    assert [m[0] for m in selectors if f'job="{JOB}"' not in (m[1] or "")] == []
+
+
 def test_dashboard_loads_in_grafana(board: dict[str, Any]) -> None:
     """Schema 39 with a data source variable every query goes through and a node variable every query
     filters by; each panel has a query, unique ids and a place of its own."""
