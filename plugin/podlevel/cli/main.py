@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
+from podlevel.build import describe
+
 COMMANDS: Final = ("annotate", "check", "checkpoint", "explain", "run", "show", "simulate", "webhook")
 
 
@@ -23,6 +25,7 @@ def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
         prog="nri-podlevel",
         description="containerd NRI plugin: the kubelet's pod-level resource managers, NUMA-aligned.",
     )
+    parser.add_argument("--version", action="version", version=describe())
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in commands:
         importlib.import_module(f"podlevel.cli.{name}").add_parser(subparsers)

@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar, cast
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from podlevel._proto.nri import api_pb2 as api
+from podlevel.build import NRI_API
 from podlevel.eventlog import logger
 from podlevel.nri.handler import EVENT_ROUTES, EventRoute, Handler, MaybeAwaitable, with_updates
 from podlevel.nri.identity import PluginIdentity
@@ -41,8 +42,8 @@ from podlevel.ttrpc.transport import RequestHandler, RpcError, Transport
 # The stub's logger: a session is part of the stub, and operators filter its messages by one name.
 log = logger(__name__)
 
-PLUGIN_SERVICE: Final = "nri.pkg.api.v1alpha1.Plugin"
-RUNTIME_SERVICE: Final = "nri.pkg.api.v1alpha1.Runtime"
+PLUGIN_SERVICE: Final = f"nri.pkg.api.{NRI_API}.Plugin"
+RUNTIME_SERVICE: Final = f"nri.pkg.api.{NRI_API}.Runtime"
 
 # What one Synchronize may collect over its `more` chunks: a runtime whose chunks never end must not make
 # the plugin buffer without bound. Far above a real node (a few thousand containers; a runtime chunks near

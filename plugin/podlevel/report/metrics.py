@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 
 from podlevel.agent.events import INVALID_POD_SHAPE, Observer, error_type
 from podlevel.agent.snapshot import NodeSnapshot
+from podlevel.build import NRI_API, python_version, version
 from podlevel.engine.errors import (
     EMPTY_POD_SHARED_POOL_ERROR,
     SMT_ALIGNMENT_ERROR,
@@ -133,6 +134,9 @@ class PluginMetrics(Observer, StubObserver):
             "nri_podlevel_runtime_connected", "1 while registered with the runtime and synchronized.",
             registry=registry,
         )
+        build = Gauge("nri_podlevel_build_info", "1, labelled with this build's version, Python and NRI API.",
+                      ["version", "python", "nri"], registry=registry)
+        build.labels(version(), python_version(), NRI_API).set(1)
         registry.register(_FreeResources(snapshot))
         ProcessCollector(registry=registry)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from podlevel.build import version
+from podlevel.cli.main import main
 from podlevel.cli.run import resolve, restrict_umask
 from podlevel.engine.errors import InputError
 
@@ -230,3 +233,12 @@ def test_sigterm_stops_the_agent_with_every_line_written(tmp_path: Path) -> None
         assert agent.wait(timeout=30) == 0
     assert any(line.startswith("node ") for line in lines)
     assert any("cannot connect to the runtime" in line for line in lines)
+
+
+def test_version_names_the_build(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    python = platform.python_version()
+    assert capsys.readouterr().out == f"nri-podlevel {version()} (Python {python}, NRI API v1alpha1)\n"
+    assert version() != "unknown", "the test environment installs the distribution"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import http.client
+import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.build import NRI_API, version
 from podlevel.engine.topology_manager import Scope
 from podlevel.httpd import Server
 from podlevel.nri import RpcError
+from podlevel.nri.session import PLUGIN_SERVICE
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.report.metrics import PluginMetrics, metrics_route
 from podlevel.state.store import StateDir
@@ -233,3 +236,11 @@ def test_the_metrics_route_serves_the_text_format() -> None:
     names = {family.name for family in text_string_to_metric_families(body)}
     assert {"resource_manager_allocations", "resource_manager_container_assignments"} <= names
     assert "process_cpu_seconds" in names
+
+
+def test_the_build_is_named_by_its_version_python_and_nri_api() -> None:
+    _, metrics = plugin_with_metrics()
+    seen = samples(metrics)
+    labels = {"version": version(), "python": platform.python_version(), "nri": NRI_API}
+    assert value(seen, "nri_podlevel_build_info", **labels) == 1
+    assert NRI_API in PLUGIN_SERVICE  # the package the plugin's calls are addressed to
