@@ -17,7 +17,9 @@ from typing import Final
 
 from podlevel.build import describe
 
-COMMANDS: Final = ("annotate", "check", "checkpoint", "explain", "run", "show", "simulate", "webhook")
+COMMANDS: Final = (
+    "annotate", "check", "checkpoint", "config", "explain", "run", "show", "simulate", "webhook",
+)
 
 
 def build_parser(commands: Sequence[str] = COMMANDS) -> argparse.ArgumentParser:
