@@ -22,7 +22,6 @@ from typing import Final
 import pytest
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
-from podlevel.engine.pod import Pod
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import linux_resources
 from podlevel.state.formats import CPUCheckpoint, decode
@@ -37,6 +36,7 @@ from support.demo_node import (
     quota_off,
     refused_at,
     wait_applied,
+    web_and_fast_path,
 )
 from testbed import cgroupfs
 from testbed.containerd import Containerd
@@ -125,18 +125,6 @@ def test_a_hostile_name_fails_its_pod_and_the_connection_stays(
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)
     log = "\n".join(plugin.lines)
     assert "connection closed" not in log and log.count(REGISTERED) == 1, "the plugin never reconnected"
-
-
-def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]]:
-    """`web` in the node shared pool and `fast-path`'s bubble, both settled: the fast-path pod, the two
-    containers by name and what each holds."""
-    web = start_pod(cri, demo_pod("web"), with_shape=False)
-    fast_path = demo_pod("fast-path")
-    fast = start_pod(cri, fast_path)
-    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
-    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
-              for name, cid in containers.items()}
-    return fast_path, containers, before
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from podlevel.podspec.workloads import load_pods
 from support.builders import CHECKOUT
 from testbed import cgroupfs
 from testbed.cri import CRI
+from testbed.kubelet import start_pod
 from testbed.wait import wait_until
 
 PODS: Final = CHECKOUT / "deploy" / "demo" / "pods-2cpu.yaml"
@@ -78,3 +79,15 @@ def wait_applied(cri: CRI, container_id: str, cpus: str) -> Applied:
         return now if now.cpus == now.allowed == cpus else None
 
     return wait_until(there, APPLY_TIMEOUT_S, f"container {container_id[:12]} on CPUs {cpus}")
+
+
+def web_and_fast_path(cri: CRI) -> tuple[Pod, dict[str, str], dict[str, Applied]]:
+    """`web` in the node shared pool and `fast-path`'s bubble, both settled: the fast-path pod, the two
+    containers by name and what each holds."""
+    web = start_pod(cri, demo_pod("web"), with_shape=False)
+    fast_path = demo_pod("fast-path")
+    fast = start_pod(cri, fast_path)
+    containers = {"web": web.containers["server"], "main-app": fast.containers["main-app"]}
+    before = {name: wait_applied(cri, cid, RESERVED if name == "web" else ASSIGNABLE)
+              for name, cid in containers.items()}
+    return fast_path, containers, before

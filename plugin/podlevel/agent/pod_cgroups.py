@@ -96,7 +96,7 @@ class PodCgroups:
                                 "is narrower)", path=pod.path, pod=settings.what, cpus=settings.cpus,
                                 effective=effective.cpus)
             else:
-                widened = _widen(pod)
+                widened = widen_pod_cgroup(pod)
             if settings.unlimited_quota:
                 write_cpu_max(pod, None, settings.cpu_period_us)
         except CgroupIOError as err:
@@ -149,9 +149,10 @@ class PodCgroups:
         heapq.heappush(self._retries, (when, sandbox_id))
 
 
-def _widen(pod: PodCgroup) -> Cpuset | None:
+def widen_pod_cgroup(pod: PodCgroup) -> Cpuset | None:
     """Give a pod without a bubble its parent's cpuset again if it holds less (an earlier run, under other
-    settings, wrote a bubble there); returns what was written, None when nothing needed to be."""
+    settings, wrote a bubble there, or the plugin is being released); returns what was written, None when
+    nothing needed to be."""
     parent = read_effective(pod.cpuset_dir.parent, pod.version)
     if read_effective(pod.cpuset_dir, pod.version) == parent:
         return None

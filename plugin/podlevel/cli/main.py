@@ -18,7 +18,7 @@ from typing import Final
 from podlevel.build import describe
 
 COMMANDS: Final = (
-    "annotate", "check", "checkpoint", "config", "explain", "run", "show", "simulate", "webhook",
+    "annotate", "check", "checkpoint", "config", "explain", "release", "run", "show", "simulate", "webhook",
 )
 
 

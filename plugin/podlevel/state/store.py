@@ -296,13 +296,29 @@ class StateDir:
                           old=decoded.version, new=NEWEST[kind], error=err)
         return Loaded(content, version=decoded.version, migrated=migrated)
 
-    def _move_aside(self, path: Path, err: CorruptCheckpoint) -> Loaded[Content]:
+    def set_aside(self, why: str) -> list[Path]:
+        """Rename both checkpoint files to `<name>.<why>-<UTC time>`, a name no restart loads (a node the
+        plugin leaves); returns where they went. Raises OSError when a rename fails."""
+        moved = []
+        for path in (self.cpu_file, self.memory_file):
+            if os.path.lexists(path):
+                target = self._aside(path, why)
+                os.rename(path, target)
+                moved.append(target)
+        return moved
+
+    def _aside(self, path: Path, why: str) -> Path:
+        """A name beside `path` for it set aside, `<name>.<why>-<UTC time>[-n]`, that nothing has yet."""
         stamp = self._now().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-        target = path.with_name(f"{path.name}.corrupt-{stamp}")
+        target = path.with_name(f"{path.name}.{why}-{stamp}")
         n = 0
         while os.path.lexists(target):
             n += 1
-            target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+            target = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
+        return target
+
+    def _move_aside(self, path: Path, err: CorruptCheckpoint) -> Loaded[Content]:
+        target = self._aside(path, "corrupt")
         try:
             os.rename(path, target)
         except OSError as move_error:
