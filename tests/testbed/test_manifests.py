@@ -76,7 +76,7 @@ def test_daemonset_mounts_what_its_flags_name(rendered: list[Manifest], tmp_path
     assert (settings.policy, settings.cpu_policy, settings.memory_policy) == \
         ("single-numa-node", "static", "Static")
     named = {settings.sysfs_root: True, settings.cgroup_root: False, settings.state_dir: False,
-             str(Path(settings.nri_socket).parent): False,
+             str(Path(settings.nri_socket).parent): True,
              str(Path(settings.podresources_socket).parent): False}
     by_path = {m["mountPath"]: m for m in container["volumeMounts"]}
     for path, read_only in named.items():
@@ -87,6 +87,10 @@ def test_daemonset_mounts_what_its_flags_name(rendered: list[Manifest], tmp_path
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False
     assert spec["priorityClassName"] == "system-node-critical"
+    assert by_path[settings.sysfs_root]["recursiveReadOnly"] == "IfPossible"
+    assert daemonset["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    assert container["livenessProbe"]["timeoutSeconds"] and container["readinessProbe"]["timeoutSeconds"]
     probes = {container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]}
     assert probes == {"/healthz", "/readyz"}
 

@@ -194,6 +194,8 @@ def _mounts(name: str, spec: Manifest, container: Manifest, host_paths: Mapping[
             source = volume_dirs[mount["name"]]
         else:
             raise WorkloadError(f"{name}: no files for volume {mount['name']!r} ({sorted(volume)})")
+        # `recursiveReadOnly: IfPossible` is the kubelet's plain read-only mount on a runtime that does not
+        # announce recursive read-only mounts, as the test bed's CRI subset does not.
         mounts.append(pb.Mount(container_path=mount["mountPath"], host_path=str(source),
                                readonly=bool(mount.get("readOnly"))))
     return mounts
