@@ -29,8 +29,9 @@ RULES_TEST: Final = MONITORING / "rules-test.yaml"
 DASHBOARD_KEY: Final = "nri-podlevel.json"
 """The dashboard's file name in its ConfigMap."""
 JOB: Final = "nri-podlevel"
-MADE_BY_PROMETHEUS: Final = frozenset({"up"})
-"""Series Prometheus writes for each target itself: in no exposition."""
+MADE_ELSEWHERE: Final = frozenset({"up", "kube_node_status_condition"})
+"""Series the plugin does not export: `up`, which Prometheus writes for each target itself, and
+kube-state-metrics' node conditions."""
 
 _STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
@@ -99,7 +100,7 @@ def expected_type(name: str) -> str:
 def missing(names: Iterable[str], types: Mapping[str, str]) -> list[str]:
     """The names an exposition lacks or exposes with another type, one line each."""
     found = []
-    for name in sorted(set(names) - MADE_BY_PROMETHEUS):
+    for name in sorted(set(names) - MADE_ELSEWHERE):
         if name not in types:
             found.append(f"{name}: not exposed")
         elif types[name] != expected_type(name):
