@@ -29,9 +29,9 @@ RULES_TEST: Final = MONITORING / "rules-test.yaml"
 DASHBOARD_KEY: Final = "nri-podlevel.json"
 """The dashboard's file name in its ConfigMap."""
 JOB: Final = "nri-podlevel"
-MADE_ELSEWHERE: Final = frozenset({"up", "kube_node_status_condition"})
+MADE_ELSEWHERE: Final = frozenset({"up", "kube_node_status_condition", "kube_pod_container_resource_limits"})
 """Series the plugin does not export: `up`, which Prometheus writes for each target itself, and
-kube-state-metrics' node conditions."""
+kube-state-metrics' node conditions and container limits."""
 
 _STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
