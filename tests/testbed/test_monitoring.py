@@ -15,7 +15,7 @@ import yaml
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.report.metrics import PluginMetrics
-from support.builders import new_engine
+from support.builders import CHECKOUT, new_engine
 from testbed.manifests import Manifest, check, find, render
 from testbed.monitoring import (
     JOB,
@@ -34,6 +34,7 @@ from testbed.monitoring import (
 )
 
 SEVERITIES = {"warning", "critical"}
+README = CHECKOUT / "README.md"
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +112,11 @@ def test_every_alert_says_how_bad_and_what_to_do(spec: dict[str, Any]) -> None:
         assert {"summary", "description"} <= alert["annotations"].keys(), alert["alert"]
     jobs = {job for alert in alerts(spec) for job in re.findall(r'\bjob="([^"]*)"', alert["expr"])}
     assert jobs == {JOB}
+    headings = README.read_text().splitlines()
+    runbooks = {line[5:].strip().lower() for line in headings if line.startswith("#### ")}
+    for alert in alerts(spec):
+        assert alert["annotations"]["runbook_url"] == f"README.md#{alert['alert'].lower()}", alert["alert"]
+        assert alert["alert"].lower() in runbooks, f"README has no runbook section {alert['alert']}"
 
 
 def test_rules_pass_their_tests_and_a_wrong_expectation_fails(spec: dict[str, Any], tmp_path: Path) -> None:
