@@ -236,3 +236,14 @@ def test_the_webhook_deployment_annotates_pods_over_tls_and_drains_on_stop(node:
     took, exit_code = workload.stop(node.cri, webhook)
     print(f"webhook stop: {took:.2f} s, exit code {exit_code}")
     assert exit_code == 0
+
+
+def test_the_image_says_what_it_is(image: BuiltImage) -> None:
+    """Its OCI labels give the version and the commit it was built from (`crictl inspecti` on a node)."""
+    head = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=False)
+    found = agent_image.labels(image.archive)
+    assert found["org.opencontainers.image.version"] == agent_image.version()
+    assert found["org.opencontainers.image.revision"] == (head.stdout.strip() or "unknown")
+    assert (found["org.opencontainers.image.title"], found["org.opencontainers.image.licenses"]) == (
+        "nri-podlevel", "Apache-2.0")

@@ -7,12 +7,14 @@ it in containerd as a kubelet's would after a pull. `hack/kind-e2e` loads the sa
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import tarfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from testbed.manifests import CHECKOUT
 
@@ -55,6 +57,21 @@ def build(checkout: Path = CHECKOUT, *, out: Path | None = None) -> BuiltImage:
                               f"\n{done.stdout[-1000:]}")
     image_id = lines[-2].removeprefix("image id ")
     return BuiltImage(Path(lines[-1]), image_id, f"nri-podlevel:{version(checkout)}")
+
+
+def labels(archive: Path) -> dict[str, str]:
+    """The image config's labels, read from the OCI archive (index -> manifest -> config)."""
+    with tarfile.open(archive) as tar:
+        def blob(digest: str) -> Any:
+            member = tar.extractfile("blobs/" + digest.replace(":", "/"))
+            assert member is not None, digest
+            return json.load(member)
+
+        index_file = tar.extractfile("index.json")
+        assert index_file is not None
+        manifest = blob(json.load(index_file)["manifests"][0]["digest"])
+        config = blob(manifest["config"]["digest"])
+    return dict(config.get("config", {}).get("Labels") or {})
 
 
 def prebuilt() -> BuiltImage:
