@@ -12,9 +12,11 @@ import dockerfile
 import pytest
 import yaml
 
-from podlevel.cli.main import build_parser
+from podlevel.cli.main import build_parser, main
 from podlevel.cli.mounts import MOUNTS
 from podlevel.cli.run import resolve
+from podlevel.engine.topology import from_spec
+from podlevel.sysfs.writer import write_tree
 from testbed.kind import check_cluster_config, webhook_certificate
 from testbed.manifests import (
     CHECKOUT,
@@ -27,6 +29,7 @@ from testbed.manifests import (
     containerd_snippet,
     find,
     render,
+    render_directory,
 )
 
 NAMESPACE = "nri-podlevel"
@@ -227,3 +230,40 @@ def test_the_agents_node_paths_are_named_by_the_daemonsets_volumes() -> None:
         path = Path(flags[mount.flag])
         inside = path.parent if mount.directory_of else path
         assert inside == mounted[mount.volume] or mounted[mount.volume] in inside.parents, mount
+
+
+POOL_MACHINE = "sockets=2,nodes-per-socket=1,cores-per-node=32,threads-per-core=2"
+"""The machine deploy/pools/example's settings are written for."""
+
+
+def test_a_node_pool_runs_its_own_agent_with_its_own_settings_and_the_default_agent_stays_off_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = render_directory(DEPLOY / "pools" / "example")
+    check(pool, "deploy/pools/example")
+    (default,) = find(render("script-certs"), "DaemonSet")
+    (agent,) = find(pool, "DaemonSet")
+    assert agent["metadata"]["name"] == "nri-podlevel-example"
+
+    def requirement(daemonset: Manifest) -> dict[str, Any]:
+        affinity = _pod_spec(daemonset)["affinity"]["nodeAffinity"]
+        terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        (term,) = terms["nodeSelectorTerms"]
+        (expression,) = term["matchExpressions"]
+        return dict(expression)
+
+    assert requirement(default) == {"key": "nri-podlevel.io/pool", "operator": "DoesNotExist"}
+    assert requirement(agent) == {"key": "nri-podlevel.io/pool", "operator": "In", "values": ["example"]}
+    assert _pod_spec(agent)["nodeSelector"] == _pod_spec(default)["nodeSelector"]
+    selector = agent["spec"]["selector"]["matchLabels"]
+    assert not default["spec"]["selector"]["matchLabels"].items() <= agent["spec"]["template"]["metadata"][
+        "labels"].items(), "the default DaemonSet must not select the pool's pods"
+    assert selector.items() <= agent["spec"]["template"]["metadata"]["labels"].items()
+    (config_map,) = find(pool, "ConfigMap")
+    assert any(v.get("configMap", {}).get("name") == config_map["metadata"]["name"]
+               for v in _pod_spec(agent)["volumes"])
+    settings = tmp_path / "config.yaml"
+    settings.write_text(config_map["data"]["config.yaml"])
+    sysfs = write_tree(from_spec(POOL_MACHINE), tmp_path / "sys")
+    assert main(["config", "check", str(settings), "--sysfs-root", str(sysfs)]) == 0
+    assert "reserved CPUs 0,32,64,96" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.report.metrics import PluginMetrics
 from support.builders import CHECKOUT, new_engine
-from testbed.manifests import Manifest, check, find, render
+from testbed.manifests import DEPLOY, Manifest, check, find, render, render_directory
 from testbed.monitoring import (
     JOB,
     RULES_TEST,
@@ -76,16 +76,31 @@ def test_renders_into_the_agents_namespace(monitoring: list[Manifest]) -> None:
     assert config_map["metadata"]["name"] == "nri-podlevel-dashboard", "no hash: one ConfigMap per uid"
 
 
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's `matchLabels` and `In` expressions against a pod's labels."""
+    wanted = selector.get("matchLabels", {}).items() <= labels.items()
+    for expression in selector.get("matchExpressions", []):
+        assert expression["operator"] == "In", expression
+        wanted = wanted and labels.get(expression["key"]) in expression["values"]
+    return bool(wanted)
+
+
 def test_pod_monitor_scrapes_the_agents_metrics_port(monitoring: list[Manifest]) -> None:
-    """Its selector matches the DaemonSet's pods, its port is the agent's `--metrics-address` port, and the
-    job and node labels the rules and the dashboard select by are the ones it sets."""
-    (daemonset,) = find(render("script-certs"), "DaemonSet")
+    """Its selector matches the DaemonSet's pods and a node pool's (not the webhook's), its port is the
+    agent's `--metrics-address` port, and the job and node labels the rules and the dashboard select by are
+    the ones it sets."""
+    rendered = render("script-certs")
+    (daemonset,) = find(rendered, "DaemonSet")
+    (pool,) = find(render_directory(DEPLOY / "pools" / "example"), "DaemonSet")
+    (webhook,) = find(rendered, "Deployment")
     template = daemonset["spec"]["template"]
     (container,) = template["spec"]["containers"]
     (monitor,) = find(monitoring, "PodMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-    assert not monitor["spec"]["selector"].keys() - {"matchLabels"}
+    selector = monitor["spec"]["selector"]
+    assert selects(selector, template["metadata"]["labels"])
+    assert selects(selector, pool["spec"]["template"]["metadata"]["labels"])
+    assert not selects(selector, webhook["spec"]["template"]["metadata"]["labels"])
     assert template["metadata"]["labels"][monitor["spec"]["jobLabel"]] == JOB
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     (port,) = [p for p in container["ports"] if p["name"] == endpoint["port"]]
