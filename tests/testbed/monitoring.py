@@ -29,9 +29,10 @@ RULES_TEST: Final = MONITORING / "rules-test.yaml"
 DASHBOARD_KEY: Final = "nri-podlevel.json"
 """The dashboard's file name in its ConfigMap."""
 JOB: Final = "nri-podlevel"
-MADE_ELSEWHERE: Final = frozenset({"up", "kube_node_status_condition", "kube_pod_container_resource_limits"})
-"""Series the plugin does not export: `up`, which Prometheus writes for each target itself, and
-kube-state-metrics' node conditions and container limits."""
+MADE_ELSEWHERE: Final = frozenset({"up", "kube_node_status_condition", "kube_pod_container_resource_limits",
+                                   "apiserver_admission_webhook_fail_open_count"})
+"""Series neither the agent nor the webhook exports: `up`, which Prometheus writes for each target itself,
+kube-state-metrics' node conditions and container limits, and the API server's webhook counters."""
 
 _STRING = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""")
 _LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")

@@ -15,6 +15,7 @@ import yaml
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.report.metrics import PluginMetrics
+from podlevel.webhook.metrics import WebhookMetrics
 from support.builders import CHECKOUT, new_engine
 from testbed.manifests import DEPLOY, Manifest, check, find, render, render_directory
 from testbed.monitoring import (
@@ -69,7 +70,8 @@ def used_names(spec: dict[str, Any], board: dict[str, Any]) -> set[str]:
 
 def test_renders_into_the_agents_namespace(monitoring: list[Manifest]) -> None:
     check(monitoring, "deploy/monitoring")
-    assert sorted(o["kind"] for o in monitoring) == ["ConfigMap", "PodMonitor", "PrometheusRule"]
+    kinds = ["ConfigMap", "PodMonitor", "PodMonitor", "PrometheusRule"]
+    assert sorted(o["kind"] for o in monitoring) == kinds
     assert all(o["metadata"]["namespace"] == "nri-podlevel" for o in monitoring)
     (config_map,) = find(monitoring, "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -95,7 +97,7 @@ def test_pod_monitor_scrapes_the_agents_metrics_port(monitoring: list[Manifest])
     (webhook,) = find(rendered, "Deployment")
     template = daemonset["spec"]["template"]
     (container,) = template["spec"]["containers"]
-    (monitor,) = find(monitoring, "PodMonitor")
+    (monitor,) = find(monitoring, "PodMonitor", "nri-podlevel")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     selector = monitor["spec"]["selector"]
     assert selects(selector, template["metadata"]["labels"])
@@ -108,6 +110,20 @@ def test_pod_monitor_scrapes_the_agents_metrics_port(monitoring: list[Manifest])
     assert endpoint["path"] == "/metrics"
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in \
         endpoint["relabelings"]
+
+
+def test_the_webhooks_pod_monitor_scrapes_its_metrics_port_as_a_job_of_its_own(
+    monitoring: list[Manifest],
+) -> None:
+    (webhook,) = find(render("script-certs"), "Deployment")
+    template = webhook["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    (monitor,) = find(monitoring, "PodMonitor", "nri-podlevel-webhook")
+    assert selects(monitor["spec"]["selector"], template["metadata"]["labels"])
+    assert "jobLabel" not in monitor["spec"], "the agents' job, nri-podlevel, stays theirs"
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (port,) = [p for p in container["ports"] if p["name"] == endpoint["port"]]
+    assert f"--metrics-address=0.0.0.0:{port['containerPort']}" in container["args"]
 
 
 def test_rules_load_in_promtool(spec: dict[str, Any], tmp_path: Path) -> None:
@@ -161,7 +177,7 @@ def test_metric_names_of_a_query() -> None:
 
 
 def test_every_metric_used_is_exported_with_its_type(spec: dict[str, Any], board: dict[str, Any]) -> None:
-    types = exposed(plugin_exposition())
+    types = {**exposed(plugin_exposition()), **exposed(WebhookMetrics().exposition_text())}
     names = used_names(spec, board)
     assert missing(names, types) == []
     assert {"nri_podlevel_event_duration_seconds_bucket", "nri_podlevel_runtime_connected",

@@ -20,6 +20,8 @@ from typing import Any
 
 from podlevel.cli.log_output import LOG_FORMATS, configure_logging
 from podlevel.eventlog import logger
+from podlevel.httpd import Server
+from podlevel.webhook.metrics import WebhookMetrics
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, REQUEST_TIMEOUT_S, CertificateReloader, WebhookServer
 
 log = logger(__name__)
@@ -41,6 +43,9 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
                         help="give up on a connection silent this long, handshake included (default "
                         f"{REQUEST_TIMEOUT_S:g}, the API server's longest wait)")
+    parser.add_argument("--metrics-address", default="", metavar="HOST:PORT",
+                        help="plain HTTP `/metrics` of the reviews, their latency and the certificate's "
+                             "expiry (empty: off)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", default="auto", choices=LOG_FORMATS)
     parser.set_defaults(handler=run)
@@ -51,8 +56,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.request_timeout > 0:
             raise ValueError(f"--request-timeout must be positive, not {args.request_timeout:g}")
-        certificates = CertificateReloader(args.tls_cert_file, args.tls_private_key_file)
-        server = WebhookServer(args.address, certificates, timeout=args.request_timeout)
+        metrics = WebhookMetrics() if args.metrics_address else None
+        certificates = CertificateReloader(args.tls_cert_file, args.tls_private_key_file,
+                                           metrics.certificate_loaded if metrics is not None else None)
+        server = WebhookServer(args.address, certificates, timeout=args.request_timeout, metrics=metrics)
+        exporter = None
+        if metrics is not None:
+            try:
+                exporter = Server(args.metrics_address, {"/metrics": metrics.route()}, name="webhook-metrics")
+            except OSError:
+                server.stop()
+                raise
     except (ValueError, OSError) as err:  # ssl.SSLError is an OSError
         print(f"nri-podlevel webhook: {err}", file=sys.stderr)
         return 2
@@ -65,8 +79,13 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     server.start()
     log.info("serving the admission webhook on {url}", url=server.url)
+    if exporter is not None:
+        exporter.start()
+        log.info("serving /metrics on {url}", url=exporter.url)
     stopping.wait()
     left = server.drain(DRAIN_TIMEOUT_S)
+    if exporter is not None:
+        exporter.stop()
     if left:
         log.warning("stopped with {reviews} reviews still in flight after {timeout:.0f} s", reviews=left,
                     timeout=DRAIN_TIMEOUT_S)

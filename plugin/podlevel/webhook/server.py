@@ -20,6 +20,8 @@ import os
 import ssl
 import sys
 import threading
+import time
+from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +30,8 @@ from urllib.parse import urlsplit
 from podlevel.eventlog import logger
 from podlevel.httpd import JSON, Handler, Query, Reply, Server, not_found
 from podlevel.podspec.admission import MAX_REVIEW_BYTES, NOTE_LIMIT, Action, Answer, review, unreadable
+from podlevel.webhook.metrics import WebhookMetrics
+from podlevel.webhook.x509 import CertificateError, not_after
 
 log = logger(__name__)
 
@@ -40,10 +44,13 @@ DRAIN_TIMEOUT_S: Final = 4.0
 
 
 class CertificateReloader:
-    """The SSL context for the next handshake, reloaded when the certificate or key file changes."""
+    """The SSL context for the next handshake, reloaded when the certificate or key file changes;
+    `on_load` hears each loaded certificate's expiry (its notAfter, Unix time)."""
 
-    def __init__(self, cert_file: Path, key_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path,
+                 on_load: Callable[[float], None] | None = None) -> None:
         self.cert_file, self.key_file = cert_file, key_file
+        self._on_load = on_load
         self._lock = threading.Lock()
         self._stamp = self._files_stamp()
         self._context = self._load()  # a pair that does not load at start is the caller's error
@@ -78,6 +85,11 @@ class CertificateReloader:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert_file, self.key_file)
+        if self._on_load is not None:
+            try:
+                self._on_load(not_after(self.cert_file))
+            except (OSError, CertificateError) as err:
+                log.warning("cannot tell when the certificate expires: {error}", error=err)
         return context
 
 
@@ -85,8 +97,9 @@ class WebhookServer(Server):
     """The HTTPS server (`podlevel.httpd`): TLS per connection, `/healthz`, and the reviews on POST."""
 
     def __init__(self, address: str, certificates: CertificateReloader, *,
-                 timeout: float = REQUEST_TIMEOUT_S) -> None:
+                 timeout: float = REQUEST_TIMEOUT_S, metrics: WebhookMetrics | None = None) -> None:
         self.certificates = certificates
+        self.metrics = metrics
         super().__init__(address, {HEALTH_PATH: _healthz}, handler=_Handler, request_timeout=timeout,
                          name="webhook")
 
@@ -113,6 +126,7 @@ def _healthz(_: Query) -> Reply:
 
 class _Handler(Handler):
     protocol_version = "HTTP/1.1"  # the API server keeps its connections to a webhook open
+    server: WebhookServer
 
     def opened(self) -> None:
         self.request.do_handshake()  # on the connection's own thread, within its timeout
@@ -122,9 +136,13 @@ class _Handler(Handler):
             self.close_connection = True
             self.send(not_found(urlsplit(self.path).path))
             return
+        started = time.perf_counter()
         answer = self._review()
         _log(answer)
         self.send(Reply(HTTPStatus.OK, answer.body, JSON))
+        metrics = self.server.metrics
+        if metrics is not None:
+            metrics.reviewed(answer, time.perf_counter() - started)
 
     def _review(self) -> Answer:
         length = self.headers.get("Content-Length", "")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
+import platform
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +22,14 @@ import pytest
 import yaml
 from cryptography import x509
 
+from podlevel.build import version
 from podlevel.podspec.admission import MAX_REVIEW_BYTES
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, CertificateReloader, WebhookServer
 from support.builders import EXAMPLES
+from support.scrape import samples_of, value
 from testbed.apiserver import SERVICE_NAME, WebhookProcess, create_request, with_api_defaults
+from testbed.plugin_process import free_port
 from testbed.tls import TestCA
 from testbed.wait import wait_until
 
@@ -227,3 +232,25 @@ def read_response(tls: ssl.SSLSocket) -> bytes:
     while len(rest) < length:
         rest += tls.recv(65536)
     return head + b"\r\n\r\n" + rest
+
+
+def test_the_reviews_their_latency_and_the_certificates_expiry_are_on_metrics(tmp_path: Path) -> None:
+    port = free_port()
+    process = WebhookProcess(tmp_path, echo=False, extra=("--metrics-address", f"127.0.0.1:{port}"))
+    try:
+        process.wait_serving()
+        process.wait_for_line("serving /metrics on", LOG_TIMEOUT_S)
+        process.review(create_request(sidecar_pod()))
+        raw_exchange(process, b"POST /mutate HTTP/1.1\r\nContent-Length: 9\r\n\r\n{not json")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            seen = samples_of(answer.read().decode())
+    finally:
+        process.stop()
+    assert value(seen, "nri_podlevel_webhook_reviews_total", outcome="set") == 1
+    assert value(seen, "nri_podlevel_webhook_reviews_total", outcome="left-alone") == 1
+    assert value(seen, "nri_podlevel_webhook_reviews_total", outcome="removed") == 0
+    assert value(seen, "nri_podlevel_webhook_review_duration_seconds_count") == 2
+    expiry = x509.load_pem_x509_certificate(process.serving.cert_file.read_bytes()).not_valid_after_utc
+    assert value(seen, "nri_podlevel_webhook_certificate_expiry_timestamp_seconds") == expiry.timestamp()
+    assert value(seen, "nri_podlevel_build_info", version=version(), python=platform.python_version(),
+                 nri="v1alpha1") == 1
