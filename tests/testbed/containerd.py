@@ -34,6 +34,7 @@ import os
 import signal
 import socket
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -78,6 +79,9 @@ class Flavour:
     name: str
     package: str
     config_version: int
+    nri_validator: bool = False
+    """Its NRI carries the default validator (NRI v0.12): the test bed turns it on as
+    deploy/node/containerd-nri-validator.toml ships it."""
 
     @property
     def built(self) -> bool:
@@ -87,8 +91,15 @@ class Flavour:
 FLAVOURS: Final = {
     "2": Flavour("2", "containerd/sid", 3),
     "1.7": Flavour("1.7", "containerd/trixie", 2),
-    "2.4": Flavour("2.4", "go", 3),
+    "2.4": Flavour("2.4", "go", 3, nri_validator=True),
 }
+
+
+def nri_validator() -> dict[str, bool]:
+    """The default validator's settings deploy/node ships, which the flavours that have it run with."""
+    snippet = tomllib.loads((CHECKOUT / "deploy" / "node" / "containerd-nri-validator.toml").read_text())
+    table: dict[str, bool] = snippet["plugins"]["io.containerd.nri.v1.nri"]["default_validator"]
+    return table
 
 
 def default_base(flavour: str) -> Path:
@@ -299,6 +310,9 @@ state = '{b}/state'
     plugin_registration_timeout = '5s'
     plugin_request_timeout = '2s'
 """
+        if self.flavour.nri_validator:
+            common_head += "    [plugins.'io.containerd.nri.v1.nri'.default_validator]\n" + "".join(
+                f"      {key} = {str(value).lower()}\n" for key, value in nri_validator().items())
         runtime = f"""default_runtime_name = 'runc'
       [{{cri}}.containerd.runtimes.runc]
         runtime_type = 'io.containerd.runc.v2'

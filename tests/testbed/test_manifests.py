@@ -3,6 +3,7 @@ the webhook, its certificate paths, the node files and the image recipe fit toge
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tomllib
 from pathlib import Path
@@ -14,7 +15,7 @@ import yaml
 
 from podlevel.cli.main import build_parser, main
 from podlevel.cli.mounts import MOUNTS
-from podlevel.cli.run import resolve
+from podlevel.cli.run import DEFAULT_NAME, resolve
 from podlevel.engine.topology import from_spec
 from podlevel.sysfs.writer import write_tree
 from testbed.kind import check_cluster_config, webhook_certificate
@@ -267,3 +268,23 @@ def test_a_node_pool_runs_its_own_agent_with_its_own_settings_and_the_default_ag
     sysfs = write_tree(from_spec(POOL_MACHINE), tmp_path / "sys")
     assert main(["config", "check", str(settings), "--sysfs-root", str(sysfs)]) == 0
     assert "reserved CPUs 0,32,64,96" in capsys.readouterr().out
+
+
+def test_the_fail_closed_component_marks_shaped_pods_as_requiring_the_plugin(tmp_path: Path) -> None:
+    """Added to an overlay, it gives the webhook `--require-plugin` with the agent's own NRI name; the node
+    snippet turns on the validator that enforces it."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "overlays" / "script-certs", overlay)],
+        "components": [os.path.relpath(DEPLOY / "components" / "fail-closed", overlay)],
+    }))
+    rendered = check(render_directory(overlay), "fail-closed")
+    (webhook,) = find(rendered, "Deployment")
+    (container,) = webhook["spec"]["template"]["spec"]["containers"]
+    (daemonset,) = find(rendered, "DaemonSet")
+    assert not any(a.startswith("--plugin-name") for a in _pod_spec(daemonset)["containers"][0]["args"])
+    assert f"--require-plugin={DEFAULT_NAME}" in container["args"], "the agent's NRI name, as it registers"
+    nri = containerd_snippet("nri-validator")["plugins"]["io.containerd.nri.v1.nri"]
+    assert nri["default_validator"]["enable"] is True

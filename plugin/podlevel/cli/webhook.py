@@ -43,6 +43,10 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
                         help="give up on a connection silent this long, handshake included (default "
                         f"{REQUEST_TIMEOUT_S:g}, the API server's longest wait)")
+    parser.add_argument("--require-plugin", action="append", default=[], metavar="NAME",
+                        help="mark each shaped pod as requiring this NRI plugin (its name, e.g. podlevel), "
+                             "so a runtime with NRI's default validator refuses its containers while the "
+                             "plugin is not running (fail closed); repeatable")
     parser.add_argument("--metrics-address", default="", metavar="HOST:PORT",
                         help="plain HTTP `/metrics` of the reviews, their latency and the certificate's "
                              "expiry (empty: off)")
@@ -59,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         metrics = WebhookMetrics() if args.metrics_address else None
         certificates = CertificateReloader(args.tls_cert_file, args.tls_private_key_file,
                                            metrics.certificate_loaded if metrics is not None else None)
-        server = WebhookServer(args.address, certificates, timeout=args.request_timeout, metrics=metrics)
+        server = WebhookServer(args.address, certificates, timeout=args.request_timeout, metrics=metrics,
+                               required_plugins=tuple(args.require_plugin))
         exporter = None
         if metrics is not None:
             try:

@@ -6,6 +6,11 @@ one whose spec breaks an API rule, which the API server refuses anyway) loses a 
 so the plugin never manages a pod on a shape it did not derive. The change is a JSON Patch (RFC 6902) on
 `/metadata/annotations`.
 
+Fail closed, where the runtime can enforce it: given `required_plugins` (the plugin's NRI names), a pod that
+gets a shape also gets NRI's required-plugins annotation (`REQUIRED_PLUGINS_ANNOTATION`), so a runtime whose
+NRI default validator is on refuses to create its containers while that plugin is not running, instead of
+running them unplaced.
+
 The webhook never denies: `allowed` is always true. Whatever cannot be answered properly (a body that is
 not an AdmissionReview, a request for something other than a Pod CREATE, an internal error) is answered
 with the pod unchanged and a `note` for the log; the API server then creates the pod as it was sent, and
@@ -31,8 +36,19 @@ MAX_REVIEW_BYTES: Final = 3 * 1024 * 1024
 NOTE_LIMIT: Final = 300
 """Characters of a note kept for the log: one bounded line whatever the input."""
 
+REQUIRED_PLUGINS_ANNOTATION: Final = "required-plugins.noderesource.dev/pod"
+"""NRI's annotation (`pkg/plugin`, for every container of the pod): a YAML list of plugin names, each
+`name` or `index-name`, that must have processed a container for the default validator to let it be
+created."""
+
 _ANNOTATIONS: Final = "/metadata/annotations"
-_SHAPE_POINTER: Final = f"{_ANNOTATIONS}/{SHAPE_ANNOTATION.replace('~', '~0').replace('/', '~1')}"
+
+
+def _pointer(key: str) -> str:
+    return f"{_ANNOTATIONS}/{key.replace('~', '~0').replace('/', '~1')}"
+
+
+_SHAPE_POINTER: Final = _pointer(SHAPE_ANNOTATION)
 
 
 class Action(StrEnum):
@@ -55,14 +71,14 @@ class Answer:
     note: str | None = None
 
 
-def review(body: bytes) -> Answer:
-    """The response to one AdmissionReview request body."""
+def review(body: bytes, required_plugins: tuple[str, ...] = ()) -> Answer:
+    """The response to one AdmissionReview request body; a shaped pod also requires `required_plugins`."""
     uid, pod = "", "-"
     try:
         request = _request(body)
         uid = _text(request.get("uid"), "request.uid")
         pod = _line(_pod_title(request))
-        patch, action, note = _patch(request)
+        patch, action, note = _patch(request, required_plugins)
     except _NotAPod as reason:
         return unchanged(uid, pod, str(reason))
     except Exception as err:  # the webhook must not deny a pod, whatever went wrong here
@@ -120,8 +136,10 @@ def _pod_title(request: Mapping[str, object]) -> str:
     return f"{namespace}/{name or '-'}"
 
 
-def _patch(request: Mapping[str, object]) -> tuple[list[dict[str, object]], Action, str | None]:
-    """(JSON Patch, action, note): the annotation the pod must carry, and nothing else."""
+def _patch(
+    request: Mapping[str, object], required_plugins: tuple[str, ...] = ()
+) -> tuple[list[dict[str, object]], Action, str | None]:
+    """(JSON Patch, action, note): the annotations the pod must carry, and nothing else."""
     kind = request.get("kind")
     resource = request.get("resource")
     if not (isinstance(kind, dict) and kind.get("group") == "" and kind.get("kind") == "Pod"):
@@ -154,16 +172,22 @@ def _patch(request: Mapping[str, object]) -> tuple[list[dict[str, object]], Acti
         if not present:
             return [], Action.UNCHANGED, note
         return [{"op": "remove", "path": _SHAPE_POINTER}], Action.REMOVED, note
+    wanted = {SHAPE_ANNOTATION: shape}
+    if required_plugins:
+        wanted[REQUIRED_PLUGINS_ANNOTATION] = json.dumps(list(required_plugins))
     if "metadata" not in obj:
-        metadata_value = {"annotations": {SHAPE_ANNOTATION: shape}}
-        return [{"op": "add", "path": "/metadata", "value": metadata_value}], Action.SET, None
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": wanted}}], Action.SET, None
     if annotations is None:
-        return [{"op": "add", "path": _ANNOTATIONS, "value": {SHAPE_ANNOTATION: shape}}], Action.SET, None
+        return [{"op": "add", "path": _ANNOTATIONS, "value": wanted}], Action.SET, None
+    # An `add` of a member that exists replaces its value (RFC 6902 4.1).
+    patch: list[dict[str, object]] = [{"op": "add", "path": _pointer(key), "value": value}
+                                      for key, value in wanted.items() if annotations.get(key) != value]
     if not present:
-        return [{"op": "add", "path": _SHAPE_POINTER, "value": shape}], Action.SET, None
+        return patch, Action.SET, None
     if annotations[SHAPE_ANNOTATION] == shape:
-        return [], Action.UNCHANGED, None
-    return [{"op": "replace", "path": _SHAPE_POINTER, "value": shape}], Action.REPLACED, None
+        return patch, Action.UNCHANGED, None
+    patch[0]["op"] = "replace"
+    return patch, Action.REPLACED, None
 
 
 def _shape(spec: Mapping[str, object], title: str) -> str:

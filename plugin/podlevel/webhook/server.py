@@ -97,9 +97,11 @@ class WebhookServer(Server):
     """The HTTPS server (`podlevel.httpd`): TLS per connection, `/healthz`, and the reviews on POST."""
 
     def __init__(self, address: str, certificates: CertificateReloader, *,
-                 timeout: float = REQUEST_TIMEOUT_S, metrics: WebhookMetrics | None = None) -> None:
+                 timeout: float = REQUEST_TIMEOUT_S, metrics: WebhookMetrics | None = None,
+                 required_plugins: tuple[str, ...] = ()) -> None:
         self.certificates = certificates
         self.metrics = metrics
+        self.required_plugins = required_plugins
         super().__init__(address, {HEALTH_PATH: _healthz}, handler=_Handler, request_timeout=timeout,
                          name="webhook")
 
@@ -160,7 +162,7 @@ class _Handler(Handler):
         if len(body) < int(length):
             self.close_connection = True
             return unreadable(f"review truncated: {len(body)} of {length} bytes")
-        return review(body)
+        return review(body, self.server.required_plugins)
 
 
 def _log(answer: Answer) -> None:

@@ -30,19 +30,23 @@ def example_pod(name: str = "pod-scope-mixed", *, generate: bool = True) -> dict
     return with_api_defaults(manifest)
 
 
-def answer(request: dict[str, Any]) -> tuple[dict[str, Any], admission.Answer]:
+def answer(
+    request: dict[str, Any], required: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], admission.Answer]:
     body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
-    result = review(body.encode())
+    result = review(body.encode(), required)
     document = json.loads(result.body)
     assert document["apiVersion"] == "admission.k8s.io/v1" and document["kind"] == "AdmissionReview"
     assert document["response"]["allowed"] is True, "the webhook never denies"
     return document["response"], result
 
 
-def patched(pod: dict[str, Any]) -> tuple[dict[str, Any], admission.Answer]:
+def patched(
+    pod: dict[str, Any], required: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], admission.Answer]:
     """`pod` after the webhook's patch, applied as the API server applies it."""
     request = create_request(pod)
-    response, result = answer(request)
+    response, result = answer(request, required)
     assert response["uid"] == request["uid"]
     if "patch" not in response:
         return pod, result
@@ -164,3 +168,39 @@ def test_an_internal_error_allows_the_pod_unchanged(monkeypatch: pytest.MonkeyPa
     assert response == {"uid": request["uid"], "allowed": True}
     assert result.note is not None and result.note.startswith("internal error: RuntimeError: boom x")
     assert len(result.note) == NOTE_LIMIT
+
+
+REQUIRED = admission.REQUIRED_PLUGINS_ANNOTATION
+
+
+@pytest.mark.parametrize("metadata", [
+    {}, {"annotations": {"team": "a"}}, {"annotations": {SHAPE_ANNOTATION: FORGED}},
+    {"annotations": {REQUIRED: '["someone-else"]'}},
+], ids=["no annotations", "other annotations", "a forged shape", "another requirement"])
+def test_fail_closed_a_shaped_pod_requires_the_plugin_whatever_metadata_it_came_with(
+    metadata: dict[str, Any],
+) -> None:
+    pod = example_pod()
+    pod["metadata"] = {**pod["metadata"], **metadata}
+    after, result = patched(pod, ("podlevel",))
+    annotations = after["metadata"]["annotations"]
+    assert json.loads(annotations[REQUIRED]) == ["podlevel"]
+    assert yaml.safe_load(annotations[REQUIRED]) == ["podlevel"], "NRI reads the value as YAML"
+    assert annotations[SHAPE_ANNOTATION] == shape_of(pod)
+    assert annotations.get("team", "a") == "a"
+    assert result.action is not admission.Action.REMOVED
+
+
+def test_fail_closed_leaves_pods_without_a_shape_alone() -> None:
+    pod = example_pod()
+    del pod["spec"]["resources"]
+    after, result = patched(pod, ("podlevel",))
+    assert REQUIRED not in after["metadata"].get("annotations", {})
+    assert result.action is admission.Action.UNCHANGED
+
+
+def test_fail_closed_patches_nothing_when_both_annotations_are_already_right() -> None:
+    pod = example_pod()
+    pod["metadata"]["annotations"] = {SHAPE_ANNOTATION: shape_of(pod), REQUIRED: '["podlevel"]'}
+    response, result = answer(create_request(pod), ("podlevel",))
+    assert "patch" not in response and result.action is admission.Action.UNCHANGED

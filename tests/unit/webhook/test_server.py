@@ -23,7 +23,7 @@ import yaml
 from cryptography import x509
 
 from podlevel.build import version
-from podlevel.podspec.admission import MAX_REVIEW_BYTES
+from podlevel.podspec.admission import MAX_REVIEW_BYTES, REQUIRED_PLUGINS_ANNOTATION
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.webhook.server import DRAIN_TIMEOUT_S, CertificateReloader, WebhookServer
 from support.builders import EXAMPLES
@@ -254,3 +254,16 @@ def test_the_reviews_their_latency_and_the_certificates_expiry_are_on_metrics(tm
     assert value(seen, "nri_podlevel_webhook_certificate_expiry_timestamp_seconds") == expiry.timestamp()
     assert value(seen, "nri_podlevel_build_info", version=version(), python=platform.python_version(),
                  nri="v1alpha1") == 1
+
+
+def test_require_plugin_marks_the_shaped_pod_for_nris_validator(tmp_path: Path) -> None:
+    process = WebhookProcess(tmp_path, echo=False, extra=("--require-plugin", "podlevel"))
+    try:
+        process.wait_serving()
+        pod = sidecar_pod()
+        response = process.review(create_request(pod))
+    finally:
+        process.stop()
+    after = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(response["patch"])))
+    assert yaml.safe_load(after["metadata"]["annotations"][REQUIRED_PLUGINS_ANNOTATION]) == ["podlevel"]
+    assert SHAPE_ANNOTATION in after["metadata"]["annotations"]
