@@ -24,6 +24,7 @@ from typing import Final
 import grpc
 import pytest
 import yaml
+from packaging.utils import canonicalize_name
 
 from podlevel._proto.podresources import api_pb2 as podresources_pb
 from podlevel._proto.podresources import api_pb2_grpc as podresources_grpc
@@ -247,3 +248,16 @@ def test_the_image_says_what_it_is(image: BuiltImage) -> None:
     assert found["org.opencontainers.image.revision"] == (head.stdout.strip() or "unknown")
     assert (found["org.opencontainers.image.title"], found["org.opencontainers.image.licenses"]) == (
         "nri-podlevel", "Apache-2.0")
+
+
+def test_beside_the_image_is_an_sbom_of_what_it_holds(image: BuiltImage) -> None:
+    """CycloneDX, made by cyclonedx-py from the distributions the image's Python finds installed: the pins it
+    was built from (pip installs them and is not kept), the package itself as the SBOM's subject."""
+    sbom = json.loads(image.archive.with_suffix(".cdx.json").read_text())
+    assert (sbom["bomFormat"], sbom["specVersion"]) == ("CycloneDX", "1.6")
+    subject = sbom["metadata"]["component"]
+    assert (subject["name"], subject["version"]) == ("nri-podlevel", agent_image.version())
+    held = {canonicalize_name(c["name"]): c["version"] for c in sbom["components"]}
+    assert held == {name: version for name, (version, _) in agent_image.pins().items() if name != "pip"}
+    for component in sbom["components"]:
+        assert component["purl"] == f"pkg:pypi/{canonicalize_name(component['name'])}@{component['version']}"

@@ -8,6 +8,7 @@ it in containerd as a kubelet's would after a pull. `hack/kind-e2e` loads the sa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -15,6 +16,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from packaging.utils import canonicalize_name
 
 from testbed.manifests import CHECKOUT
 
@@ -34,6 +37,10 @@ class BuiltImage:
     """The image's config digest (`sha256:...`): the same sources give the same id."""
     reference: str
     """What the manifests call it (`nri-podlevel:0.1.0`)."""
+
+
+IMAGE_REQUIREMENTS: Final = CHECKOUT / "deploy" / "image-requirements.txt"
+"""The pins the image's Python packages are installed from."""
 
 
 def version(checkout: Path = CHECKOUT) -> str:
@@ -57,6 +64,21 @@ def build(checkout: Path = CHECKOUT, *, out: Path | None = None) -> BuiltImage:
                               f"\n{done.stdout[-1000:]}")
     image_id = lines[-2].removeprefix("image id ")
     return BuiltImage(Path(lines[-1]), image_id, f"nri-podlevel:{version(checkout)}")
+
+
+def pins() -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes), from the file's logical lines (a backslash continues one)."""
+    text = re.sub(r"\\\n", " ", IMAGE_REQUIREMENTS.read_text())
+    pinned: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement, *options = line.split()
+        name, _, version = requirement.partition("==")
+        assert version, f"{requirement}: not pinned to one version"
+        pinned[canonicalize_name(name)] = (version, [o.removeprefix("--hash=sha256:") for o in options])
+    return pinned
 
 
 def labels(archive: Path) -> dict[str, str]:

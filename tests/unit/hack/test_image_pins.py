@@ -12,23 +12,9 @@ from typing import Final
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from testbed.agent_image import pins
+
 CHECKOUT: Final = Path(__file__).resolve().parents[3]
-PINS: Final = CHECKOUT / "deploy" / "image-requirements.txt"
-
-
-def pins() -> dict[str, tuple[str, list[str]]]:
-    """name -> (version, hashes), from the file's logical lines (a backslash continues one)."""
-    text = re.sub(r"\\\n", " ", PINS.read_text())
-    pinned: dict[str, tuple[str, list[str]]] = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        requirement, *options = line.split()
-        name, _, version = requirement.partition("==")
-        assert version, f"{requirement}: not pinned to one version"
-        pinned[canonicalize_name(name)] = (version, [o.removeprefix("--hash=sha256:") for o in options])
-    return pinned
 
 
 def runtime_dependencies() -> list[Requirement]:
