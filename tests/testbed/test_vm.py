@@ -132,3 +132,29 @@ def test_a_guest_not_ready_by_the_boot_deadline_is_given_up_on_before_the_deadli
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+def test_a_guest_wedged_after_it_booted_is_given_up_on_when_its_kernel_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Booted, then silent with every CPU stuck (seen under load, TCG): the kernel's soft-lockup lines end
+    the wait long before the command's timeout, so the guest is booted again; shorter stalls are waited
+    out."""
+    kernel_log = tmp_path / "kernel.log"
+    kernel_log.write_text("[   57.07] watchdog: BUG: soft lockup - CPU#2 stuck for 26s! [kubelet:291]\n")
+    assert vm.wedged(kernel_log) is None
+    assert vm.wedged(tmp_path / "absent.log") is None
+    stuck = "[  169.08] watchdog: BUG: soft lockup - CPU#2 stuck for 130s! [kubelet:291]\n"
+    kernel_log.write_text(kernel_log.read_text() + stuck)
+    assert vm.wedged(kernel_log) == 130
+    monkeypatch.setattr(vm, "WEDGE_CHECK_S", 0.05)
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BytesIO()))
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"vm-run: guest ready 4.8\n")
+        now = time.monotonic()
+        assert vm.stream(read_end, now, now + 3600, now + 60, kernel_log) == (None, False)
+        assert time.monotonic() - now < 60
+    finally:
+        os.close(read_end)
+        os.close(write_end)

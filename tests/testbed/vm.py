@@ -59,10 +59,14 @@ MODULE_DIRS = ("drivers/virtio", "net/9p", "fs/9p", "fs/netfs", "fs/fscache", "f
 KERNEL_ARGS = "console=ttyS1 quiet loglevel=3 panic=-1 cgroup_no_v1=all mitigations=off"
 STOP_GRACE_S = 5.0
 # A TCG guest is ready in 4-9 s on this kind of machine, 20-30 s when the host is loaded. Rarely a guest
-# wedges while booting under load (a kernel worker spins forever: "soft lockup ... stuck for 339s"); a
-# guest that is not ready by the boot timeout is killed and booted again, at most BOOT_ATTEMPTS times.
+# wedges under load (a kernel worker spins forever: "soft lockup ... stuck for 339s"), while booting or
+# after: a guest not ready by the boot timeout, or whose kernel reports a CPU stuck for WEDGED_S, is killed
+# and booted again (the command runs afresh in a fresh guest), at most BOOT_ATTEMPTS times.
 BOOT_TIMEOUT_S = 120.0
 BOOT_ATTEMPTS = 3
+WEDGED_S = 120
+WEDGE_CHECK_S = 5.0
+_SOFT_LOCKUP = re.compile(r"soft lockup - CPU#\d+ stuck for (\d+)s")
 EXIT_GUEST_FAILED, EXIT_TIMEOUT, EXIT_USAGE = 90, 124, 2
 
 
@@ -382,11 +386,23 @@ def stop(proc: subprocess.Popen[bytes], grace: float) -> None:
             grace = STOP_GRACE_S
 
 
-def stream(fd: int, started: float, deadline: float, boot_deadline: float) -> tuple[float | None, bool]:
-    """Copy the console to stdout until QEMU closes it, the deadline passes, or the guest is not ready by
-    `boot_deadline`.
+def wedged(kernel_log: Path) -> int | None:
+    """How long a CPU of the guest has been stuck, when its kernel says one has been for WEDGED_S or more."""
+    try:
+        text = kernel_log.read_text(errors="replace")
+    except OSError:
+        return None
+    stuck = max((int(seconds) for seconds in _SOFT_LOCKUP.findall(text)), default=0)
+    return stuck if stuck >= WEDGED_S else None
 
-    Returns the boot time (None if the guest never got ready) and whether QEMU closed the console in time.
+
+def stream(fd: int, started: float, deadline: float, boot_deadline: float,
+           kernel_log: Path | None = None) -> tuple[float | None, bool]:
+    """Copy the console to stdout until QEMU closes it, the deadline passes, the guest is not ready by
+    `boot_deadline`, or (with `kernel_log`) its kernel reports it wedged.
+
+    Returns the boot time (None if the guest never got ready or wedged) and whether QEMU closed the console
+    in time.
     Console lines before the guest's ready line (kernel warnings, init messages) are copied line by line
     without "\r"; after it, bytes pass through as they come, so progress output shows at once.
     """
@@ -397,8 +413,13 @@ def stream(fd: int, started: float, deadline: float, boot_deadline: float) -> tu
         sel.register(fd, selectors.EVENT_READ)
         while True:
             remaining = (deadline if boot is not None else min(deadline, boot_deadline)) - time.monotonic()
-            if remaining <= 0 or not sel.select(remaining):
+            if remaining <= 0:
                 return boot, False
+            if not sel.select(min(remaining, WEDGE_CHECK_S)):
+                if kernel_log is not None and (stuck := wedged(kernel_log)) is not None:
+                    log(f"the guest wedged: a CPU stuck for {stuck} s (guest kernel: soft lockup)")
+                    return None, False
+                continue
             chunk = os.read(fd, 65536)
             if not chunk:
                 out.write(pending)
@@ -442,7 +463,8 @@ def run(args: argparse.Namespace) -> int:
         rc = boot_and_run(args, accel, vmlinux, initrd)
         if rc is not None:
             return rc
-        log(f"the guest was not ready within {args.boot_timeout:.0f} s (boot {attempt} of {BOOT_ATTEMPTS})")
+        log(f"the guest was not ready within {args.boot_timeout:.0f} s, or wedged (boot {attempt} of "
+            f"{BOOT_ATTEMPTS})")
     log("giving up: the guest never got ready")
     return EXIT_GUEST_FAILED
 
@@ -461,7 +483,8 @@ def boot_and_run(args: argparse.Namespace, accel: str, vmlinux: Path, initrd: Pa
             assert proc.stdout is not None
             finished = False
             try:
-                boot, finished = stream(proc.stdout.fileno(), started, started + args.timeout, boot_deadline)
+                boot, finished = stream(proc.stdout.fileno(), started, started + args.timeout, boot_deadline,
+                                        ctl / "kernel.log")
             finally:
                 stop(proc, STOP_GRACE_S if finished else 0)
         show_kernel_log(ctl / "kernel.log")
