@@ -11,7 +11,14 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from podlevel.build import NRI_API, python_version, version
@@ -28,6 +35,9 @@ class WebhookMetrics:
     """The webhook's registry and what it counts."""
 
     def __init__(self) -> None:
+        # A `_created` series beside every counter doubles a scrape for a timestamp the process start gives
+        # (the agent's metrics leave them out the same way).
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # the client's annotations lack it
         self.registry = registry = CollectorRegistry()
         self._reviews = Counter("nri_podlevel_webhook_reviews", "Admission reviews answered, by outcome.",
                                 ["outcome"], registry=registry)

@@ -250,6 +250,7 @@ def test_the_reviews_their_latency_and_the_certificates_expiry_are_on_metrics(tm
     assert value(seen, "nri_podlevel_webhook_reviews_total", outcome="left-alone") == 1
     assert value(seen, "nri_podlevel_webhook_reviews_total", outcome="removed") == 0
     assert value(seen, "nri_podlevel_webhook_review_duration_seconds_count") == 2
+    assert not [name for name, _ in seen if name.endswith("_created")], "no `_created` series, as the agent's"
     expiry = x509.load_pem_x509_certificate(process.serving.cert_file.read_bytes()).not_valid_after_utc
     assert value(seen, "nri_podlevel_webhook_certificate_expiry_timestamp_seconds") == expiry.timestamp()
     assert value(seen, "nri_podlevel_build_info", version=version(), python=platform.python_version(),
