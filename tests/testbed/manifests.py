@@ -59,7 +59,8 @@ def render_directory(directory: Path) -> list[Manifest]:
     done = subprocess.run([kubectl(), "kustomize", str(directory)],
                           capture_output=True, text=True, check=False, timeout=60)
     if done.returncode != 0:
-        raise ManifestError(f"kustomize {directory.relative_to(DEPLOY)}: {done.stderr.strip()}")
+        where = directory.relative_to(DEPLOY) if directory.is_relative_to(DEPLOY) else directory
+        raise ManifestError(f"kustomize {where}: {done.stderr.strip()}")
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
