@@ -32,8 +32,9 @@ def add_source_arguments(parser: argparse.ArgumentParser, *, local: bool = True)
     if local:
         parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                             help="the plugin's checkpoints (%(default)s)")
-        parser.add_argument("--cgroup-root", type=Path, default=DEFAULT_CGROUP_ROOT,
-                            help="the cgroup mount (%(default)s)")
+        parser.add_argument("--cgroup-root", type=Path, default=None,
+                            help="the cgroup mount (default: the running plugin's own --cgroup-root, right "
+                            f"inside its container; when it does not answer, {DEFAULT_CGROUP_ROOT})")
         parser.add_argument("--sysfs-root", default="/sys",
                             help="sysfs for the NUMA layout when the plugin is down (%(default)s)")
 

@@ -15,7 +15,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-from podlevel.cgroups import CgroupError, cpu_max_text, find_pod_cgroup, locate_cgroup, locate_pod_cgroup
+from podlevel.cgroups import (
+    DEFAULT_CGROUP_ROOT,
+    CgroupError,
+    cpu_max_text,
+    find_pod_cgroup,
+    locate_cgroup,
+    locate_pod_cgroup,
+)
 from podlevel.cli.checkpoint import summary
 from podlevel.cli.drift import Drift, Expected, Found, expected_quota, expected_text, read_cgroup
 from podlevel.cli.endpoint import BadInput, Unreachable, fetch
@@ -100,13 +107,17 @@ def inspect_for(command: str, args: argparse.Namespace) -> Inspection | None:
         return None
 
 
-def inspect(address: str, state_dir: Path, cgroup_root: Path, sysfs_root: str) -> Inspection:
-    """The node from the plugin, or from its checkpoints when it does not answer, beside the cgroups."""
+def inspect(address: str, state_dir: Path, cgroup_root: Path | None, sysfs_root: str) -> Inspection:
+    """The node from the plugin, or from its checkpoints when it does not answer, beside the cgroups (under
+    `cgroup_root`; None: the plugin's own, or the default one when it does not answer)."""
     try:
         _, fetched = fetch(address, "/debug/node")
     except Unreachable as err:
-        return from_checkpoints(state_dir, cgroup_root, sysfs_root, str(err))
-    return from_plugin(cast(NodeDocument, fetched), address, state_dir, cgroup_root)
+        return from_checkpoints(state_dir, cgroup_root or DEFAULT_CGROUP_ROOT, sysfs_root, str(err))
+    document = cast(NodeDocument, fetched)
+    if cgroup_root is None:
+        cgroup_root = Path(document["paths"]["cgroup_root"] or DEFAULT_CGROUP_ROOT)
+    return from_plugin(document, address, state_dir, cgroup_root)
 
 
 def from_plugin(document: NodeDocument, address: str, state_dir: Path, cgroup_root: Path) -> Inspection:

@@ -357,13 +357,15 @@ def report_servers(args: argparse.Namespace, stub: Stub, metrics: PluginMetrics 
     from podlevel.httpd import Route, Server
     from podlevel.report.metrics import metrics_route
     from podlevel.report.probes import probes
+    from podlevel.report.schema import PathsDocument
     from podlevel.report.views import views
 
     public: dict[str, Route] = {}
     if metrics is not None:
         public = probes(lambda: None if stub.ready else "not registered and synchronized with the runtime")
         public["/metrics"] = metrics_route(metrics)
-    debug = views(lambda: plugin.snapshot) if args.debug_address else {}
+    paths: PathsDocument = {"cgroup_root": str(args.cgroup_root) if args.cgroup_root else None}
+    debug = views(lambda: plugin.snapshot, paths) if args.debug_address else {}
     if args.debug_address == args.metrics_address:
         endpoints = [("--metrics-address and --debug-address", args.debug_address, {**public, **debug})]
     else:

@@ -100,6 +100,14 @@ class CheckpointDocument(TypedDict):
     memory: str
 
 
+class PathsDocument(TypedDict):
+    """Where the plugin reads and writes on its node, as its own file system names them: the operator
+    commands run beside it (`kubectl exec` into its container) read the same files."""
+
+    cgroup_root: str | None
+    """Its `--cgroup-root` (null: it writes no cgroup)."""
+
+
 class NodeDocument(TypedDict):
     generation: int
     synchronized: bool
@@ -110,3 +118,4 @@ class NodeDocument(TypedDict):
     numa_nodes: list[NumaDocument]
     pods: list[PodDocument]
     checkpoint: CheckpointDocument
+    paths: PathsDocument

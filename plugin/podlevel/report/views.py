@@ -67,6 +67,7 @@ from podlevel.report.schema import (
     NumaCpus,
     NumaDocument,
     NumaMemory,
+    PathsDocument,
     PodCgroupDocument,
     PodDocument,
     TopologyDocument,
@@ -78,9 +79,9 @@ PROVIDERS = ("cpu", "memory")
 """The resource providers in the order admission asks them."""
 
 
-def views(snapshot: Callable[[], NodeSnapshot]) -> dict[str, Route]:
+def views(snapshot: Callable[[], NodeSnapshot], paths: PathsDocument) -> dict[str, Route]:
     def node(_: Query) -> Reply:
-        return _json(HTTPStatus.OK, node_json(snapshot()))
+        return _json(HTTPStatus.OK, node_json(snapshot(), paths))
 
     def explain_view(query: Query) -> Reply:
         pod = (query.get("pod") or [""])[0]
@@ -113,7 +114,7 @@ def _refusal_of(snapshot: NodeSnapshot, namespace: str, name: str) -> str | None
 # -- /debug/node -----------------------------------------------------------------------------------------
 
 
-def node_json(snapshot: NodeSnapshot) -> NodeDocument:
+def node_json(snapshot: NodeSnapshot, paths: PathsDocument) -> NodeDocument:
     engine, view = snapshot.engine, snapshot.placement
     state = view.state
     cpu, memory = checkpoints_of(engine, state)
@@ -129,6 +130,7 @@ def node_json(snapshot: NodeSnapshot) -> NodeDocument:
         ),
         "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
         "checkpoint": {"cpu": encode(cpu).decode(), "memory": encode(memory).decode()},
+        "paths": paths,
     }
 
 

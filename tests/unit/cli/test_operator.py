@@ -79,7 +79,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
     for wanted in plugin.snapshot.pod_cgroups.values():
         write_cgroup(root, wanted.cgroup_parent, str(wanted.cpus), "0", -1)
     write_cgroup(root, "/kubepods/poduid-web", "0-15", "0-1", -1)
-    server = Server("127.0.0.1:0", views(lambda: plugin.snapshot))
+    server = Server("127.0.0.1:0", views(lambda: plugin.snapshot, {"cgroup_root": str(root)}))
     server.start()
     try:
         yield Node(plugin, server, tmp_path / "state", root)
@@ -109,6 +109,16 @@ def test_check_agrees_then_names_a_cpuset_written_behind_the_plugins_back(
     assert (f"drift (plugin and cgroup): {server_cgroup / 'cpuset.cpus'}: expected {pool}, found 3"
             in out.splitlines())
     assert out.splitlines()[-1] == "1 drift"
+
+
+def test_without_cgroup_root_the_commands_read_the_cgroups_where_the_plugin_does(
+    node: Node, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In the agent's container (`kubectl exec`) /sys/fs/cgroup is the container's own cgroup namespace; the
+    node's tree is where the plugin's --cgroup-root says, which /debug/node tells."""
+    status, out, _ = run(capsys, "check", "--address", node.address, "--state-dir", str(node.state_dir))
+    assert status == 0, out
+    assert f"cgroups under {node.cgroup_root}" in out.splitlines()[0]
 
 
 def test_check_names_a_stale_checkpoint_and_a_lifted_quota(

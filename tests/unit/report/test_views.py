@@ -24,7 +24,7 @@ def plugin() -> PodLevelPlugin:
 
 @pytest.fixture
 def routes(plugin: PodLevelPlugin) -> dict[str, Route]:
-    return views(lambda: plugin.snapshot)
+    return views(lambda: plugin.snapshot, {"cgroup_root": "/host/cgroup"})
 
 
 def get(routes: dict[str, Route], path: str, **query: str) -> tuple[int, Any]:
@@ -67,6 +67,7 @@ def test_node_counts_per_numa_node_and_carries_the_checkpoints_and_settings(
     cpu, mem = checkpoints_of(plugin.placement.engine, plugin.placement.state)
     assert decode(node["checkpoint"]["cpu"]).content == cpu
     assert decode(node["checkpoint"]["memory"]).content == mem
+    assert node["paths"] == {"cgroup_root": "/host/cgroup"}, "where commands beside the plugin read cgroups"
     assert node["engine"] == {
         "scope": "pod", "topology_policy": "single-numa-node", "cpu_policy": "static",
         "memory_policy": "Static", "reserved_cpus": "0,8", "reserved_memory": {"0": {"memory": 100 * MI}},
