@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo demo-numa test lint unit integration vm kubelet-compare proto bench image clean
+.PHONY: setup demo demo-numa test lint unit integration vm kubelet-compare cluster proto bench image clean
 
 setup: .venv/.installed
 
@@ -26,7 +26,7 @@ lint: setup
 	hack/gen-proto --check
 
 unit: setup
-	$(PY) -m pytest -m "not integration and not vm" tests
+	$(PY) -m pytest -m "not integration and not vm and not cluster" tests
 
 integration: setup
 	$(PY) -m pytest -m integration tests/integration
@@ -45,7 +45,13 @@ vm: setup
 kubelet-compare: setup
 	hack/kubelet-compare --quick
 
-test: lint unit integration vm kubelet-compare
+# deploy/ installed on a one-node cluster of real Kubernetes binaries (hack/cluster: the control plane and the
+# kubelet built from the Go module proxy, in the 2-NUMA guest), rolled, and the Helm chart on it.
+cluster: setup
+	hack/containerd-env fetch >/dev/null  # the guest has no network: its containerd comes from the cache
+	$(PY) -m pytest -m cluster tests/cluster
+
+test: lint unit integration vm kubelet-compare cluster
 
 # The agent's and the webhook's image as an OCI archive (hack/image; its path is the last line printed).
 image: setup

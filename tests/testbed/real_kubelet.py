@@ -72,8 +72,11 @@ class Event:
 class RealKubelet:
     """One kubelet process over `ctrd`, everything it writes under `base` (see the module docstring)."""
 
-    def __init__(self, binary: Path, ctrd: Containerd, base: Path, settings: Mapping[str, Any]) -> None:
+    def __init__(self, binary: Path, ctrd: Containerd, base: Path, settings: Mapping[str, Any], *,
+                 kubeconfig: Path | None = None) -> None:
+        """`kubeconfig` registers the node with an API server (testbed.cluster); without it, standalone."""
         self.binary = binary
+        self.kubeconfig = kubeconfig
         self.ctrd = ctrd
         self.base = base
         self.settings = dict(settings)
@@ -124,7 +127,8 @@ class RealKubelet:
             self._log_offset = log_file.tell()
             self._process = subprocess.Popen(
                 [str(self.binary), "--config", str(self.config_path), "--root-dir", str(self.root_dir),
-                 "--hostname-override", NODE_NAME],
+                 "--hostname-override", NODE_NAME,
+                 *(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else [])],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, cwd=self.base,
                 start_new_session=True)
         try:

@@ -73,6 +73,26 @@ def test_qemu_command_for_four_nodes_with_smt(tmp_path: Path) -> None:
     assert f"local,id=work,path={tmp_path},security_model=none,multidevs=remap" in values(cmd, "-fsdev")
 
 
+def test_no_network_unless_a_port_is_forwarded(tmp_path: Path) -> None:
+    plain = vm.qemu_command(vm.parse_args(["--work", str(tmp_path), "--", "true"]), "tcg",
+                            Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)
+    assert values(plain, "-netdev") == []
+    assert "virtio-net-pci,netdev=net0" not in values(plain, "-device")
+    args = vm.parse_args(["--work", str(tmp_path), "--forward", "40001:6443", "--forward", "40002:22", "--",
+                          "true"])
+    cmd = vm.qemu_command(args, "tcg", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)
+    assert values(cmd, "-netdev") == ["user,id=net0,restrict=on,net=10.0.2.0/24"
+                                      ",hostfwd=tcp:127.0.0.1:40001-:6443,hostfwd=tcp:127.0.0.1:40002-:22"]
+    assert "virtio-net-pci,netdev=net0" in values(cmd, "-device")
+
+
+@pytest.mark.parametrize("text", ["6443", "a:b", "0:6443", "40000:70000"])
+def test_a_bad_forward_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        vm.parse_args(["--forward", text, "--", "true"])
+    assert "--forward" in capsys.readouterr().err
+
+
 def test_kvm_uses_the_host_cpu(tmp_path: Path) -> None:
     args = vm.parse_args(["--work", str(tmp_path), "--", "true"])
     cmd = vm.qemu_command(args, "kvm", Path("/k/vmlinux"), Path("/k/initrd"), tmp_path)

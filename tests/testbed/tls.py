@@ -1,6 +1,7 @@
-"""A throw-away certificate authority and the serving certificates it signs, for TLS between the test
-bed's stand-in API server and the admission webhook. Keys are EC P-256: quick to make, and what a cluster
-issuer would typically hand out."""
+"""A throw-away certificate authority and the certificates it signs: serving pairs for TLS between the test
+bed's stand-in API server and the admission webhook, and the test cluster's (testbed.cluster) serving and
+client certificates, whose subject names the Kubernetes user and groups. Keys are EC P-256: quick to make,
+and what a cluster issuer would typically hand out."""
 
 from __future__ import annotations
 
@@ -54,25 +55,38 @@ class TestCA:
               stem: str = "tls") -> ServingFiles:
         """A serving certificate for `hosts` (IP addresses and DNS names) in `<stem>.crt` / `<stem>.key`,
         written key first and each file replaced whole, as a rotating Secret volume would."""
-        key = ec.generate_private_key(ec.SECP256R1())
         names: list[x509.GeneralName] = []
         for host in hosts:
             try:
                 names.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
                 names.append(x509.DNSName(host))
+        return self._issue(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]), stem,
+                           ExtendedKeyUsageOID.SERVER_AUTH, names)
+
+    def issue_client(self, user: str, groups: tuple[str, ...] = (), *, stem: str) -> ServingFiles:
+        """A client certificate as the API server reads one: the common name is the user, each
+        organization a group."""
+        subject = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, group) for group in groups]
+        subject.append(x509.NameAttribute(NameOID.COMMON_NAME, user))
+        return self._issue(x509.Name(subject), stem, ExtendedKeyUsageOID.CLIENT_AUTH, [])
+
+    def _issue(self, subject: x509.Name, stem: str, usage: x509.ObjectIdentifier,
+               names: list[x509.GeneralName]) -> ServingFiles:
+        key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        cert = (
+        builder = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .subject_name(subject)
             .issuer_name(self._cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(self._key, hashes.SHA256())
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self._key, hashes.SHA256())
         files = ServingFiles(self.directory / f"{stem}.crt", self.directory / f"{stem}.key")
         _replace(files.key_file, key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))

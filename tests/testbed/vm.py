@@ -1,7 +1,7 @@
 """Run a command inside a throw-away QEMU guest with cgroup v2 only and N NUMA nodes.
 
     hack/vm-run [--numa-nodes N] [--cpus C] [--threads-per-core T] [--memory SIZE] [--work DIR]
-                [--timeout SECONDS] [--accel auto|kvm|tcg] -- CMD...
+                [--timeout SECONDS] [--accel auto|kvm|tcg] [--forward HOST_PORT:GUEST_PORT]... -- CMD...
 
 The guest boots Debian's own kernel (downloaded with `apt-get download` and unpacked into `.cache/vm/`; the
 host's /boot is never touched) with `cgroup_no_v1=all`. Its root is the host's root, shared read-only over
@@ -20,6 +20,10 @@ which runs only PVM-guest kernels); otherwise TCG, about 8 s to a command. The c
 total time and QEMU's peak RSS are printed on stderr. QEMU is stopped by its PID on timeout or interrupt;
 no mount is made on the host (QEMU serves the shares). Exit status: CMD's, or 90 when the guest failed
 before reporting one, 124 on timeout, 2 on bad usage, 128+signal when interrupted.
+
+The guest has no network unless a port is forwarded: `--forward H:G` gives it a NIC on QEMU's restricted
+user network (the guest is 10.0.2.15/24 and reaches nothing outside; host 127.0.0.1:H reaches guest port G),
+for a service in the guest that host tools use (the test cluster's API server).
 
 The kernel stays cached until `.cache/vm` is removed; the next run then takes Debian's current one.
 """
@@ -51,11 +55,12 @@ from testbed import CHECKOUT
 CACHE = CHECKOUT / ".cache/vm"
 GUEST_INIT = CHECKOUT / "hack/vm-init"
 READY = b"vm-run: guest ready "
-# What the guest loads before it can mount its root: virtio PCI transport, 9p over virtio, overlayfs; and
-# veth, for the pods' network namespaces (the CNI ptp plugin). Their own dependencies are found in the
-# modules' .modinfo (the .deb ships no modules.dep).
-GUEST_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay", "veth")
-MODULE_DIRS = ("drivers/virtio", "net/9p", "fs/9p", "fs/netfs", "fs/fscache", "fs/overlayfs", "drivers/net")
+# What the guest loads before it can mount its root: virtio PCI transport, 9p over virtio, overlayfs; veth,
+# for the pods' network namespaces (the CNI ptp plugin); virtio_net, for --forward. Their own dependencies are
+# found in the modules' .modinfo (the .deb ships no modules.dep).
+GUEST_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "virtio_net")
+MODULE_DIRS = ("drivers/virtio", "net/9p", "fs/9p", "fs/netfs", "fs/fscache", "fs/overlayfs", "drivers/net",
+               "net/core")
 KERNEL_ARGS = "console=ttyS1 quiet loglevel=3 panic=-1 cgroup_no_v1=all mitigations=off"
 STOP_GRACE_S = 5.0
 # A TCG guest is ready in 4-9 s on this kind of machine, 20-30 s when the host is loaded. Rarely a guest
@@ -93,6 +98,17 @@ def parse_size(text: str) -> int:
     return int(number) << 10 * " KMGT".index(unit.upper() or " ")
 
 
+def forward(text: str) -> tuple[int, int]:
+    """`HOST_PORT:GUEST_PORT`, both in 1-65535."""
+    try:
+        host, guest = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST_PORT:GUEST_PORT") from None
+    if not (0 < host < 65536 and 0 < guest < 65536):
+        raise argparse.ArgumentTypeError(f"{text!r}: ports are 1-65535")
+    return host, guest
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="hack/vm-run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -107,6 +123,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--boot-timeout", type=float, default=BOOT_TIMEOUT_S, metavar="SECONDS",
         help=f"boot again when the guest is not ready by then, {BOOT_ATTEMPTS} boots at most (%(default)s)")
     add("--accel", choices=("auto", "kvm", "tcg"), default="auto", help="default auto: KVM when usable")
+    add("--forward", action="append", default=[], type=forward, metavar="HOST_PORT:GUEST_PORT",
+        help="host 127.0.0.1:HOST_PORT reaches the guest's GUEST_PORT (TCP); gives the guest a NIC")
     add("command", nargs=argparse.REMAINDER, help="the command to run in the guest, after --")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -331,6 +349,10 @@ def qemu_command(args: argparse.Namespace, accel: str, vmlinux: Path, initrd: Pa
     cmd += ["-chardev", "stdio,id=output,signal=off", "-serial", "chardev:output"]
     cmd += ["-serial", f"file:{ctl / 'kernel.log'}"]
     cmd += ["-kernel", str(vmlinux), "-initrd", str(initrd), "-append", KERNEL_ARGS]
+    if args.forward:
+        forwards = "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in args.forward)
+        cmd += ["-netdev", f"user,id=net0,restrict=on,net=10.0.2.0/24{forwards}",
+                "-device", "virtio-net-pci,netdev=net0"]
     shares = [("hostroot", Path("/"), ",readonly=on"), ("ctl", ctl, ""), ("work", args.work, "")]
     for tag, path, extra in shares:
         cmd += ["-fsdev", f"local,id={tag},path={path},security_model=none,multidevs=remap{extra}"]
