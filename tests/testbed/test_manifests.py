@@ -97,6 +97,9 @@ def test_daemonset_mounts_what_its_flags_name(rendered: list[Manifest], tmp_path
     assert container["livenessProbe"]["timeoutSeconds"] and container["readinessProbe"]["timeoutSeconds"]
     probes = {container["livenessProbe"]["httpGet"]["path"], container["readinessProbe"]["httpGet"]["path"]}
     assert probes == {"/healthz", "/readyz"}
+    startup = container["startupProbe"]  # liveness waits for a slow start (seen on a busy node: a kill loop)
+    assert startup["httpGet"]["path"] == "/healthz"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
 
 
 def test_webhook_wiring(rendered: list[Manifest]) -> None:

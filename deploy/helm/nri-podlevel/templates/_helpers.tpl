@@ -94,6 +94,11 @@ spec:
         - --on-missing-mount=wait
         ports:
         - {name: metrics, containerPort: {{ $values.agent.metricsPort }}}
+        startupProbe:
+          httpGet: {path: /healthz, port: metrics}
+          periodSeconds: 5
+          timeoutSeconds: 5
+          failureThreshold: 60
         livenessProbe:
           httpGet: {path: /healthz, port: metrics}
           periodSeconds: 10
