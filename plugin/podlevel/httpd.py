@@ -10,7 +10,8 @@ Connections are tracked (open, and whether a request is being read or answered o
 the one a rollout needs: `drain()` accepts no new connection, closes the idle kept-alive ones, lets the
 requests in flight finish with `Connection: close`, within a bound below the pod's grace period.
 
-Its two log lines (a failed route, a debug line per request) go through the stdlib logger, not `eventlog`:
+Its log lines (a failed route or connection, a debug line per request and per client gone before its
+answer) go through the stdlib logger, not `eventlog`:
 the two share the lowest layer, whose modules import none of each other.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -134,6 +136,15 @@ class Server(ThreadingHTTPServer):
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self.serve_forever, name=name, daemon=True)
         super().__init__(parse_address(address), handler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that went away before its answer (a probe past its timeout) is a debug line; anything
+        else one logged error, never socketserver's traceback on stderr, which is not a log line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (BrokenPipeError, ConnectionResetError)):
+            log.debug("%s went away before its answer: %s", client_address, error)
+        else:
+            log.error("serving %s failed", client_address, exc_info=error)
 
     @property
     def address(self) -> tuple[str, int]:

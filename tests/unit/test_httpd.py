@@ -4,6 +4,7 @@ on loopback."""
 from __future__ import annotations
 
 import http.client
+import logging
 import socket
 from collections.abc import Iterator
 
@@ -94,3 +95,22 @@ def test_a_drain_closes_idle_connections_and_stops_accepting(server: Server) -> 
         assert idle.recv(1) == b""
     with pytest.raises(OSError):
         socket.create_connection(server.address, timeout=2).close()
+
+
+def test_a_client_gone_before_its_answer_is_a_debug_line_and_nothing_is_a_traceback_on_stderr(
+    server: Server, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe that gave up (its timeout) closes before the answer: socketserver would print a traceback on
+    stderr, in the middle of the JSON log lines."""
+    caplog.set_level(logging.DEBUG, logger="podlevel.httpd")
+    for error in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset"), ValueError("odd")):
+        try:
+            raise error
+        except (OSError, ValueError):
+            server.handle_error(None, ("10.233.0.1", 5555))
+    assert capsys.readouterr().err == ""
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("DEBUG", "('10.233.0.1', 5555) went away before its answer: [Errno 32] Broken pipe"),
+        ("DEBUG", "('10.233.0.1', 5555) went away before its answer: [Errno 104] reset"),
+        ("ERROR", "serving ('10.233.0.1', 5555) failed"),
+    ]
