@@ -28,7 +28,7 @@ apiVersion: v1
 kind: Pod
 metadata: {name: NAME}
 spec:
-  resources: {requests: {cpu: "1", memory: 256Mi}, limits: {cpu: "1", memory: 256Mi}}
+  resources: {requests: {cpu: "2", memory: 256Mi}, limits: {cpu: "2", memory: 256Mi}}
   containers:
   - name: app
     image: registry.k8s.io/pause:3.9
