@@ -219,7 +219,11 @@ def start_plugin(ctrd: Containerd, base: Path, settings: Mapping[str, Any]) -> P
                                       "kind": "KubeletConfiguration", **settings}, sort_keys=False))
     plugin = PluginProcess(ctrd.nri_socket, ["--config", str(config)], state_dir=base / "plugin-state",
                            echo=False)
-    plugin.wait_registered()
+    try:
+        plugin.wait_registered()
+    except BaseException:
+        plugin.stop()  # one that registers late must not place the next scenario's reference run
+        raise
     return plugin
 
 
