@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.quantity import bytes_of, milli_cpu
 from testbed.cluster import API_PORT, GUEST_IP, NODE_NAME
 from testbed.go_tools import build_tools
 from testbed.images import BUSYBOX_IMAGE
@@ -94,7 +95,11 @@ def updater(kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 def zones(kube: Kube) -> dict[str, dict[str, dict[str, int]]]:
     """The NodeResourceTopology: zone -> resource -> {allocatable, available}."""
     topology = kube.json("get", "noderesourcetopologies.topology.node.k8s.io", NODE_NAME)
-    return {zone["name"]: {r["name"]: {"allocatable": int(r["allocatable"]), "available": int(r["available"])}
+    def amount(resource: str, quantity: str) -> int:  # Kubernetes quantities: "4", "4192256k"
+        return milli_cpu(quantity) // 1000 if resource == "cpu" else bytes_of(quantity)
+
+    return {zone["name"]: {r["name"]: {"allocatable": amount(r["name"], r["allocatable"]),
+                                       "available": amount(r["name"], r["available"])}
                            for r in zone.get("resources", []) if r["name"] in ("cpu", "memory")}
             for zone in topology["zones"]}
 
