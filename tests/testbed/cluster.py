@@ -186,7 +186,7 @@ def make_pki(layout: Layout, host_port: int) -> None:
 
 
 class Component:
-    """One control-plane process, its output in `logs/NAME.log`, stopped by its PID."""
+    """One control-plane process, its output in `logs/NAME.log`; it ends with the guest."""
 
     def __init__(self, name: str, argv: Sequence[str], layout: Layout) -> None:
         self.name = name
@@ -206,15 +206,6 @@ class Component:
         except DeadlineExceeded as exc:
             raise ClusterError(f"{self.name} was not ready within {timeout:.0f} s; its last log line: "
                                f"{last_line(self.log)}") from exc
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def url_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
@@ -260,8 +251,9 @@ def node_ready(layout: Layout) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def control_plane(layout: Layout, tools: dict[str, Path], base: Path) -> list[Component]:
-    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler, each ready before the next."""
+def control_plane(layout: Layout, tools: dict[str, Path], base: Path) -> None:
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler, each ready before the next (they run
+    until the guest powers off)."""
     pki = layout.pki
     etcd = Component("etcd", [
         str(tools["etcd"] / "etcd"), "--name", "node-1", "--data-dir", str(base / "etcd"),
@@ -269,7 +261,6 @@ def control_plane(layout: Layout, tools: dict[str, Path], base: Path) -> list[Co
         "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
         "--initial-cluster", "node-1=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:2381",
     ], layout)
-    started = [etcd]
     etcd.wait_ready(lambda: url_ok("http://127.0.0.1:2381/health"))
     binaries = tools["kubernetes"]
     apiserver = Component("kube-apiserver", [
@@ -289,7 +280,6 @@ def control_plane(layout: Layout, tools: dict[str, Path], base: Path) -> list[Co
         # The node's name resolves nowhere (no DNS here): `kubectl exec` and `logs` dial its address.
         "--kubelet-preferred-address-types=InternalIP,Hostname",
     ], layout)
-    started.append(apiserver)
     apiserver.wait_ready(lambda: url_ok(f"https://127.0.0.1:{API_PORT}/readyz", client_context(layout)))
     for name, argv in (
         ("kube-controller-manager", [
@@ -303,11 +293,9 @@ def control_plane(layout: Layout, tools: dict[str, Path], base: Path) -> list[Co
             str(binaries / name), "--kubeconfig", config, "--authentication-kubeconfig", config,
             "--authorization-kubeconfig", config, "--leader-elect=false", "--bind-address", "127.0.0.1",
             f"--feature-gates={FEATURE_GATES}", *argv], layout)
-        started.append(component)
         port = argv[-1].rpartition("=")[2]  # its --secure-port
         healthz = f"https://127.0.0.1:{port}/healthz"
         component.wait_ready(lambda healthz=healthz: url_ok(healthz, self_signed_context()))
-    return started
 
 
 def kubelet_settings(layout: Layout) -> dict[str, Any]:
