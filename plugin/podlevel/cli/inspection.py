@@ -29,7 +29,7 @@ from podlevel.cli.endpoint import BadInput, Unreachable, fetch
 from podlevel.cli.inputs import read_bytes
 from podlevel.engine.errors import InputError
 from podlevel.report.schema import BubbleDocument, CheckpointDocument, NodeDocument, NumaDocument
-from podlevel.report.views import nodes_text, numa_usage
+from podlevel.report.views import nodes_text, numa_usage, outside_bubbles
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
 from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
@@ -274,7 +274,7 @@ def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: s
         source="checkpoint",
         note=f"{why}; from the checkpoint files in {state_dir} (only pod UIDs and container names are "
              f"known), cgroups under {cgroup_root}",
-        numa_nodes=numa_usage(topology.cpus_by_numa, None, None, state),
+        numa_nodes=numa_usage(topology.cpus_by_numa, None, None, state, outside_bubbles(state.memory)),
         node_shared_pool=str(cpu.default),
         checkpoint_error=None,
         pods=pods,

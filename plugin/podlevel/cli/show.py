@@ -33,8 +33,9 @@ containers by name, and only the pod cgroups (found by UID) are read.
                              "drifted": ["cpus" | "mems" | "quota", ...]}}
 
 CPU and node sets are Linux list strings, memory in bytes; a null expected field is one the plugin leaves
-alone; `reserved` and `exclusive` CPUs are null when only the checkpoints are known. Exit status 0, or 2 when
-neither the plugin nor its checkpoints can be read.
+alone; `reserved` and `exclusive` CPUs are null when only the checkpoints are known, and `exclusive` memory
+then counts only containers outside bubbles (a checkpoint cannot tell a pod shared pool's blocks from a
+container's own). Exit status 0, or 2 when neither the plugin nor its checkpoints can be read.
 """
 
 from __future__ import annotations

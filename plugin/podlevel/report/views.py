@@ -10,8 +10,8 @@ would write now.
 
 Per NUMA node, `bubbles` are the pods' bubbles and `exclusive` the containers' own CPUs (inside a bubble or
 not), `free` what admissions can still take; memory `reserved` is the system reservation, `bubbles` the pods'
-budgets and `exclusive` the blocks of containers outside any bubble (a block over several nodes counted in
-equal parts).
+budgets and `exclusive` the blocks of containers that hold their own share, inside a bubble or not, as the
+PodResources API reports them (a block over several nodes counted in equal parts).
 A managed pod is `pending` until it is admitted (at its RunPodSandbox; at its first container when the plugin
 did not see the sandbox start, or refused it then), `kept-out` when a
 restarted plugin could not admit it again (it runs in the node shared pool). A `cpu_quota_us` null leaves the
@@ -126,7 +126,8 @@ def node_json(snapshot: NodeSnapshot, paths: PathsDocument) -> NodeDocument:
         "topology": topology_json(engine.topology),
         "node_shared_pool": str(engine.node_shared_pool(state)),
         "numa_nodes": numa_usage(
-            engine.topology.cpus_by_numa, engine.reserved_cpus, _exclusive(engine, state), state
+            engine.topology.cpus_by_numa, engine.reserved_cpus, _exclusive(engine, state), state,
+            _own_memory(engine, state),
         ),
         "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
         "checkpoint": {"cpu": encode(cpu).decode(), "memory": encode(memory).decode()},
@@ -165,21 +166,43 @@ def _exclusive(engine: Engine, state: NodeState) -> CPUSet:
     )
 
 
+def _own_memory(engine: Engine, state: NodeState) -> list[MemoryBlock]:
+    """The memory blocks containers hold as their own (pod or node exclusive), as PodResources lists them."""
+    return [
+        block
+        for uid in state.pods
+        for c in engine.decision(state, uid).containers
+        if c.memory_own
+        for block in state.memory.blocks(uid, c.name) or ()
+    ]
+
+
+def outside_bubbles(memory: MemoryState) -> list[MemoryBlock]:
+    """The blocks of containers outside any bubble: all a checkpoint can tell of containers' own memory, as
+    it records a pod shared pool container's blocks beside the exclusive ones."""
+    return [
+        b
+        for uid, entries in memory.entries.items()
+        if uid not in memory.pod_entries
+        for blocks in entries.values()
+        for b in blocks
+    ]
+
+
 def numa_usage(
-    cpus_by_numa: Mapping[int, CPUSet], reserved: CPUSet | None, exclusive: CPUSet | None, state: NodeState
+    cpus_by_numa: Mapping[int, CPUSet],
+    reserved: CPUSet | None,
+    exclusive: CPUSet | None,
+    state: NodeState,
+    own_memory: Iterable[MemoryBlock],
 ) -> list[NumaDocument]:
     """Per NUMA node, CPUs and memory reserved, in bubbles, exclusive and free. `reserved` and `exclusive`
-    None: unknown (null), which leaves every CPU of the node shared pool counted as free."""
+    None: unknown (null), which leaves every CPU of the node shared pool counted as free; `own_memory` the
+    blocks counted as exclusive."""
     bubbles = CPUSet.union_of(state.cpu.pod_entries.values())
     free = state.cpu.default - (reserved or CPUSet())
     pod_blocks = _block_bytes(b for blocks in state.memory.pod_entries.values() for b in blocks)
-    container_blocks = _block_bytes(
-        b
-        for uid, entries in state.memory.entries.items()
-        if uid not in state.memory.pod_entries
-        for blocks in entries.values()
-        for b in blocks
-    )
+    container_blocks = _block_bytes(own_memory)
     usage: list[NumaDocument] = []
     for node, node_cpus in cpus_by_numa.items():
         cpus: NumaCpus = {
