@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
@@ -27,6 +28,31 @@ spec:
   containers:
   - {name: app, image: registry.k8s.io/pause:3.9, resources: {requests: {cpu: 100m}, limits: {cpu: 500m}}}
 """
+FORGED_POD = f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: forged, annotations: {{{SHAPE_ANNOTATION}: '{{"version": 1}}'}}}}
+spec:
+  containers:
+  - {{name: app, image: registry.k8s.io/pause:3.9}}
+"""
+WEBHOOK_METRICS_PORT = 9810
+
+
+def webhook_reviews(kube: Kube) -> dict[str, float]:
+    """Reviews the webhook's replicas answered, by outcome: their /metrics, read through the API server."""
+    reviews: dict[str, float] = {}
+    pods = kube.json("-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=webhook")["items"]
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        proxy = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}:{WEBHOOK_METRICS_PORT}/proxy/metrics"
+        text = kube("get", "--raw", proxy)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "nri_podlevel_webhook_reviews_total":
+                    outcome = sample.labels["outcome"]
+                    reviews[outcome] = reviews.get(outcome, 0.0) + sample.value
+    return reviews
 
 
 def test_the_agent_is_ready_through_its_probes(kube: Kube) -> None:
@@ -41,7 +67,8 @@ def test_the_agent_is_ready_through_its_probes(kube: Kube) -> None:
 def test_the_webhook_serves_the_api_server_as_shipped(kube: Kube) -> None:
     shipped = find(render("script-certs"), "MutatingWebhookConfiguration", "nri-podlevel")[0]["webhooks"][0]
     served = kube.json("get", "mutatingwebhookconfiguration", "nri-podlevel")["webhooks"][0]
-    fields = ("failurePolicy", "namespaceSelector", "objectSelector", "sideEffects", "reinvocationPolicy")
+    fields = ("failurePolicy", "namespaceSelector", "objectSelector", "matchConditions", "sideEffects",
+              "reinvocationPolicy")
     for field in fields:
         assert served.get(field) == shipped.get(field), field
     assert served["clientConfig"]["caBundle"], "hack/webhook-certs set no caBundle"
@@ -68,9 +95,11 @@ def test_a_pod_level_pod_is_annotated_and_placed(kube: Kube) -> None:
 
 
 def test_a_pod_without_pod_level_resources_is_left_alone(kube: Kube) -> None:
+    reviews = webhook_reviews(kube)
     kube.apply(PLAIN_POD)
     try:
         pod = kube.settle("plain")
+        assert webhook_reviews(kube) == reviews, "matchConditions: the API server sent a plain pod"
         assert SHAPE_ANNOTATION not in pod["metadata"].get("annotations", {})
         cpus, quota = kube.container_cgroup_files(pod)["app"]
         assert quota == "50000 100000", "the kubelet's quota for a 500m limit"
@@ -79,6 +108,17 @@ def test_a_pod_without_pod_level_resources_is_left_alone(kube: Kube) -> None:
         assert cpus, "a node-shared container keeps a cpuset"
     finally:
         kube.delete_pod("plain")
+
+
+def test_a_forged_shape_is_sent_to_the_webhook_and_removed(kube: Kube) -> None:
+    removed = webhook_reviews(kube).get("removed", 0.0)
+    kube.apply(FORGED_POD)
+    try:
+        pod = kube.json("get", "pod", "forged")
+        assert SHAPE_ANNOTATION not in pod["metadata"].get("annotations", {}), "the forged shape was kept"
+        assert webhook_reviews(kube).get("removed", 0.0) == removed + 1
+    finally:
+        kube.delete_pod("forged")
 
 
 def test_the_empty_shared_pool_pod_ends_in_create_container_error_naming_the_rule(kube: Kube) -> None:

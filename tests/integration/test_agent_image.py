@@ -240,7 +240,8 @@ def test_the_webhook_deployment_annotates_pods_over_tls_and_drains_on_stop(node:
 
 
 def test_the_image_says_what_it_is(image: BuiltImage) -> None:
-    """Its OCI labels give the version and the commit it was built from (`crictl inspecti` on a node)."""
+    """Its OCI labels give the version, the commit it was built from and where that commit can be fetched
+    (`crictl inspecti` on a node)."""
     head = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=False)
     found = agent_image.labels(image.archive)
@@ -248,6 +249,11 @@ def test_the_image_says_what_it_is(image: BuiltImage) -> None:
     assert found["org.opencontainers.image.revision"] == (head.stdout.strip() or "unknown")
     assert (found["org.opencontainers.image.title"], found["org.opencontainers.image.licenses"]) == (
         "nri-podlevel", "Apache-2.0")
+    origin = subprocess.run(["git", "-C", str(CHECKOUT), "remote", "get-url", "origin"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    source = subprocess.run([str(CHECKOUT / "hack" / "image"), "--source-of", origin], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert found.get("org.opencontainers.image.source") == (source or None), f"origin {origin!r}"
 
 
 def test_beside_the_image_is_an_sbom_of_what_it_holds(image: BuiltImage) -> None:

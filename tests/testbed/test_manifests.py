@@ -17,6 +17,7 @@ from podlevel.cli.main import build_parser, main
 from podlevel.cli.mounts import MOUNTS
 from podlevel.cli.run import DEFAULT_NAME, resolve
 from podlevel.engine.topology import from_spec
+from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.sysfs.writer import write_tree
 from testbed.kind import check_cluster_config, webhook_certificate
 from testbed.manifests import (
@@ -122,6 +123,10 @@ def test_webhook_wiring(rendered: list[Manifest]) -> None:
     assert excluded["operator"] == "NotIn" and {"kube-system", NAMESPACE} <= set(excluded["values"])
     assert webhook["objectSelector"]["matchExpressions"] == [
         {"key": "nri-podlevel.io/webhook", "operator": "NotIn", "values": ["disabled"]}]
+    (condition,) = webhook["matchConditions"]
+    assert "has(object.spec.resources)" in condition["expression"], "pods with pod-level resources are sent"
+    assert f"'{SHAPE_ANNOTATION}' in object.metadata.annotations" in condition["expression"], \
+        "pods with a (forged) shape are sent, to lose it"
     assert _pod_spec(deployment)["securityContext"]["runAsNonRoot"] is True
 
 
