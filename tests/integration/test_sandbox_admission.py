@@ -47,6 +47,7 @@ from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
 from testbed.kubelet import cgroup_parent, start_container, start_pod
 from testbed.plugin_process import PluginProcess
+from testbed.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_node_cpus")]
 
@@ -173,8 +174,10 @@ def test_the_pod_is_admitted_at_its_sandbox_and_its_first_container_moves_the_ot
     sandbox_id = run_sandbox(cri, fast_path)
 
     plugin.wait_for_line("admitted default/fast-path: bubble 1", LOG_TIMEOUT_S, after=marker)
-    pod_cgroup = cgroupfs.read_cgroup(containerd.pod_cgroup_parent(fast_path.uid, "guaranteed"))
-    assert pod_cgroup.effective_cpus == ASSIGNABLE
+    # Written by the pod cgroup worker after the answer (the pod's first CreateContainer waits for it).
+    pod_cgroup_parent = containerd.pod_cgroup_parent(fast_path.uid, "guaranteed")
+    wait_until(lambda: cgroupfs.read_cgroup(pod_cgroup_parent).effective_cpus == ASSIGNABLE, LOG_TIMEOUT_S,
+               "the bubble in the pod cgroup")
     # A notification's answer carries no updates: web still runs on both CPUs until the next answer.
     assert applied(cri, server).cpus == ALL
     main_app = fast_path.container("main-app")

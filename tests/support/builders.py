@@ -4,6 +4,7 @@ sandboxes and containers a runtime would send for them."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -11,6 +12,7 @@ from typing import Any, Final
 
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.agent.pod_cgroups import Changes, PodCgroups
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.manager import Engine, EngineConfig
 from podlevel.engine.pod import HUGEPAGES_PREFIX, Container, ContainerKind, Pod, Resources
@@ -169,6 +171,18 @@ def three_pods(state: StateDir | None = None) -> PodLevelPlugin:
     except RpcError:
         return plugin
     raise AssertionError("no-room was admitted")
+
+
+class Gated(PodCgroups):
+    """Real pod cgroup writes, held until the test opens `gate`: what a slow cgroupfs looks like."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.gate = threading.Event()
+
+    def sync(self, changes: Changes) -> None:
+        assert self.gate.wait(30), "the test never opened the gate"
+        super().sync(changes)
 
 
 def v2_root(tmp_path: Path, pod: Pod) -> Path:

@@ -63,7 +63,7 @@ from podlevel.agent.nri_messages import (
     updates_of,
 )
 from podlevel.agent.placement import Placement
-from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.pod_cgroups import PodCgroupSink
 from podlevel.agent.records import Observed, Sandbox, Settings, runtime_pod_key
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import quota_text
@@ -99,9 +99,9 @@ the write would take the interpreter from the answer."""
 RELEASE_WRITTEN_WITHIN_S: Final = 0.1
 """A release is checkpointed by then at the latest, or with the next decision: a pod that goes is often
 replaced at once, and one write of both serves them."""
-POD_CGROUPS_PER_STEP: Final = 64
-"""Pod cgroups written per event-loop step after an answer (~0.2 ms each): a restart's Synchronize leaves
-every pod's to write, and the requests that arrive meanwhile go between the steps."""
+POD_CGROUP_WAIT_S: Final = 5.0
+"""How long a container's creation waits for its pod's cgroup to be written before it goes on without (the
+write is logged and retried as any failed one)."""
 
 
 def _log_moved(groups: Mapping[Settings, list[str]]) -> None:
@@ -142,7 +142,7 @@ class PodLevelPlugin(Handler):
         placement: Placement,
         *,
         state: StateDir | None = None,
-        pod_cgroups: PodCgroups | None = None,
+        pod_cgroups: PodCgroupSink | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.placement = placement
@@ -168,11 +168,8 @@ class PodLevelPlugin(Handler):
         """`placement.generation` when the snapshot was taken."""
         self._stale = False
         """Something the snapshot holds besides placement changed (checkpoint error, pod cgroup failures)."""
-        self._cgroups_scheduled = False
-        """A pod cgroup sync waits for the event loop's next callback (`_commit`)."""
-        self._cgroups_left: set[str] = set()
-        """Sandboxes whose pod cgroup wants changed (taken from placement after each event) and are not
-        written yet: the next sync step writes them."""
+        self._cgroups_version = 0
+        """`pod_cgroups.version` when the snapshot was taken."""
 
     @property
     def snapshot(self) -> NodeSnapshot:
@@ -180,16 +177,19 @@ class PodLevelPlugin(Handler):
         was made, the same otherwise (never changed: see `agent.snapshot`)."""
         with self._lock:
             placement = self.placement
-            if placement.generation == self._published and not self._stale:
+            cgroups = self.pod_cgroups
+            cgroups_version = cgroups.version if cgroups is not None else 0
+            if (placement.generation == self._published and not self._stale
+                    and cgroups_version == self._cgroups_version):
                 return self._snapshot
             self._published, self._stale = placement.generation, False
-            cgroups = self.pod_cgroups
+            self._cgroups_version = cgroups_version
             self._snapshot = NodeSnapshot(
                 placement.engine,
                 placement.view(),
                 dict(self._cgroups_paths),
                 dict(placement.pod_cgroups),
-                dict(cgroups.failed) if cgroups is not None else {},
+                cgroups.failed if cgroups is not None else {},
                 dict(self._refusals),
                 self._save_error,
                 self._synchronized,
@@ -213,45 +213,25 @@ class PodLevelPlugin(Handler):
 
     def _commit(self, *, force: bool = False, within: float = 0.0) -> None:
         """Hand the allocations to the checkpoint writer if they changed (to be written at once, or within
-        `within` seconds), then bring the pod cgroups in line. Answers that apply a decision call
-        `_durable` before they leave."""
+        `within` seconds), and hand the pod cgroups' changes to their writer. Answers that apply a decision
+        call `_durable` before they leave."""
         current = self.placement.state
         if self._writer is not None and (force or current is not self._saved):
             self._saved = current
             self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
         changed = self.placement.take_pod_cgroup_changes()  # taken even unused: the set would only grow
         cgroups = self.pod_cgroups
-        if cgroups is None:
-            return
-        self._cgroups_left |= changed
-        if not self._cgroups_scheduled and (self._cgroups_left or cgroups.pending):
-            # After the answer, and only when a pod cgroup waits: nothing in the answer depends on the pod
-            # cgroups (NRI cannot adjust them), and a Synchronize after a restart would otherwise read and
-            # write every pod's before answering. The loop runs the callback before the next request.
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._sync_pod_cgroups(None)
-            else:
-                self._cgroups_scheduled = True
-                loop.call_soon(self._sync_pod_cgroups, POD_CGROUPS_PER_STEP)
+        if cgroups is not None and (changed or cgroups.pending):
+            wanted = self.placement.pod_cgroups
+            cgroups.submit({sandbox_id: wanted.get(sandbox_id) for sandbox_id in changed})
 
-    def _sync_pod_cgroups(self, limit: int | None) -> None:
-        """Bring the pod cgroups in line with what placement wants now (those it changed, those failed), at
-        most `limit` of them in this step: after a restart's Synchronize every pod's waits, ~0.2 ms each,
-        and a request arriving meanwhile must not wait for all of them. The rest go in the next steps."""
-        with self._lock:
-            self._cgroups_scheduled = False
-            cgroups = self.pod_cgroups
-            if cgroups is None:
-                return
-            changed = self._cgroups_left | self.placement.take_pod_cgroup_changes()
-            if changed or cgroups.pending:
-                self._cgroups_left = cgroups.sync(self.placement.pod_cgroups, changed, limit)
-                self._stale = True
-            if self._cgroups_left:
-                self._cgroups_scheduled = True
-                asyncio.get_running_loop().call_soon(self._sync_pod_cgroups, limit)
+    def _pod_cgroup_written(self, sandbox_id: str) -> None:
+        """Wait until the sandbox's pod cgroup holds what was decided (its bubble before any of its containers
+        starts), or its write failed; at most `POD_CGROUP_WAIT_S`."""
+        cgroups = self.pod_cgroups
+        if cgroups is not None and not cgroups.wait(sandbox_id, POD_CGROUP_WAIT_S):
+            log.warning("pod cgroup of sandbox {sandbox} not written within {seconds} s; its container is "
+                        "created meanwhile", sandbox=sandbox_id, seconds=POD_CGROUP_WAIT_S)
 
     def _durable(self) -> None:
         """Wait until every decision so far was written (or its write failed): the answer applies them."""
@@ -282,6 +262,8 @@ class PodLevelPlugin(Handler):
         """Write what is still pending; the plugin handles no event afterwards."""
         if self._writer is not None:
             self._writer.close()
+        if self.pod_cgroups is not None:
+            self.pod_cgroups.close()
 
     def configure(self, runtime: RuntimeInfo, config: str) -> None:
         self._refuse_sandboxes = runtime.rolls_back_refused_sandbox
@@ -395,6 +377,7 @@ class PodLevelPlugin(Handler):
         updates, moved = self._fit(changed, room)
         self._commit()
         self._durable()
+        self._pod_cgroup_written(pod.id)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "placed {pod} container {container}: {assignment} cpus={cpus} mems={mems} quota={quota}",

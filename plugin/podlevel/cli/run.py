@@ -27,7 +27,7 @@ from podlevel.agent.drift import DriftRepair
 from podlevel.agent.events import Observer
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
-from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.pod_cgroups import PodCgroups, PodCgroupWorker
 from podlevel.agent.startup import restored_state
 from podlevel.cgroups import DEFAULT_CGROUP_ROOT
 from podlevel.cli.config_file import NO_FILE, read_config
@@ -273,7 +273,8 @@ def build_agent(
         handler = plugin(
             Placement(engine, recorded=restored_state(state, engine)),
             state=state,
-            pod_cgroups=PodCgroups(Path(args.cgroup_root), observer) if args.cgroup_root else None,
+            pod_cgroups=PodCgroupWorker(PodCgroups(Path(args.cgroup_root), observer)) if args.cgroup_root
+            else None,
             observer=observer,
         )
         undo.callback(handler.close)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from podlevel.agent.events import Observer, error_type
 from podlevel.agent.nri_messages import by_settings, sandbox_of, updates_of
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
-from podlevel.agent.pod_cgroups import PodCgroups
+from podlevel.agent.pod_cgroups import PodCgroups, PodCgroupWorker
 from podlevel.agent.records import Settings
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
@@ -27,7 +28,7 @@ from podlevel.nri.runtime import EVENTS_FROM_V0_10, RuntimeInfo
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir
-from support.builders import GI, MI, all_exclusive, container, fast_path, new_engine, sandbox, v2_root
+from support.builders import GI, MI, Gated, all_exclusive, container, fast_path, new_engine, sandbox, v2_root
 
 
 @pytest.fixture
@@ -562,25 +563,46 @@ def test_a_sandbox_keeps_only_the_shape_of_its_annotations() -> None:
     assert dict(sandbox_of(plain).annotations) == {}
 
 
-def test_a_synchronize_answers_before_any_pod_cgroup_is_read_or_written(tmp_path: Path) -> None:
-    """On the event loop the pod cgroups are brought in line by the loop's next callback, after the answer
-    left, not inside the handler: a restarted plugin's Synchronize touches no pod's cgroup on its way."""
+def gated_fast_path(tmp_path: Path) -> tuple[PodLevelPlugin, Gated, api.PodSandbox, Path]:
+    """A plugin whose pod cgroup worker writes only once the gate opens, fast-path's sandbox with its pod
+    cgroup, and that cgroup's cpuset.cpus."""
     pod = fast_path()
     root = v2_root(tmp_path, pod)
-    cpuset = root / "kubepods" / f"pod{pod.uid}" / "cpuset.cpus"
-    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=PodCgroups(root))
+    gated = Gated(root)
+    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=PodCgroupWorker(gated))
     fast = sandbox(pod)
     fast.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
+    return plugin, gated, fast, root / "kubepods" / f"pod{pod.uid}" / "cpuset.cpus"
 
-    async def main() -> tuple[str, str]:
+
+def test_a_synchronize_answers_before_any_pod_cgroup_is_written(tmp_path: Path) -> None:
+    """The pod cgroups are written by their worker, not inside the handler: a restarted plugin's Synchronize
+    answers without waiting for any pod's cgroup."""
+    plugin, gated, fast, cpuset = gated_fast_path(tmp_path)
+    try:
         plugin.synchronize([fast], [container(fast, "app")])
-        answered = cpuset.read_text()
-        await asyncio.sleep(0)  # one turn of the loop: the callbacks scheduled during the handler run
-        return answered, cpuset.read_text()
+        assert not cpuset.read_text().strip(), "answered before the pod cgroup was written"
+    finally:
+        gated.gate.set()
+        plugin.close()
+    assert cpuset.read_text().strip() == str(plugin.placement.state.cpu.pod_entries[fast.uid])
 
-    at_answer, after = asyncio.run(main())
-    assert at_answer.strip() == ""
-    assert after.strip() == str(plugin.placement.state.cpu.pod_entries[pod.uid])
+
+def test_a_container_is_created_only_once_its_pod_cgroup_holds_the_bubble(tmp_path: Path) -> None:
+    """RunPodSandbox hands its pod cgroup to the worker and answers; the pod's first CreateContainer waits
+    for that write, so no container of the pod starts outside its bubble."""
+    plugin, gated, fast, cpuset = gated_fast_path(tmp_path)
+    try:
+        plugin.run_pod_sandbox(fast)
+        assert not cpuset.read_text().strip()
+        opener = threading.Timer(0.2, gated.gate.set)  # the write completes while the creation waits
+        opener.start()
+        plugin.create_container(fast, container(fast, "app"))
+        assert cpuset.read_text().strip() == str(plugin.placement.state.cpu.pod_entries[fast.uid])
+        opener.join()
+    finally:
+        gated.gate.set()
+        plugin.close()
 
 
 def test_failing_pod_cgroups_are_retried_with_backoff_not_at_every_event(tmp_path: Path) -> None:
@@ -611,35 +633,6 @@ def test_failing_pod_cgroups_are_retried_with_backoff_not_at_every_event(tmp_pat
         now[0] += delay
         plugin.stop_container(boxes[0], container(boxes[0], "app"))
         assert Counting.failures == total
-
-
-def test_the_pod_cgroups_a_synchronize_leaves_are_written_a_few_per_loop_step(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A restart leaves every pod's cgroup to write: a request arriving meanwhile waits for one step's worth
-    (`POD_CGROUPS_PER_STEP`), not for all of them."""
-    monkeypatch.setattr("podlevel.agent.plugin.POD_CGROUPS_PER_STEP", 1)
-    pods = [fast_path(f"p{i}", cpus=2, exclusive=1) for i in range(2)]
-    root = v2_root(tmp_path, pods[0])
-    second = v2_root(tmp_path / "second", pods[1]) / "kubepods" / f"pod{pods[1].uid}"
-    second.rename(root / "kubepods" / f"pod{pods[1].uid}")
-    plugin = PodLevelPlugin(Placement(new_engine()), pod_cgroups=PodCgroups(root))
-    sandboxes = [sandbox(pod) for pod in pods]
-    for pod, box in zip(pods, sandboxes, strict=True):
-        box.linux.cgroup_parent = f"/kubepods/pod{pod.uid}"
-
-    def written() -> int:
-        return sum(bool((root / "kubepods" / f"pod{pod.uid}" / "cpuset.cpus").read_text().strip())
-                   for pod in pods)
-
-    async def main() -> list[int]:
-        plugin.synchronize(sandboxes, [container(box, "app") for box in sandboxes])
-        counts = [written()]
-        for _ in range(2):
-            await asyncio.sleep(0)  # one turn of the loop: the step scheduled before it runs
-            counts.append(written())
-        return counts
-
-    assert asyncio.run(main()) == [0, 1, 2]
 
 
 Sender = Callable[[Sequence[api.ContainerUpdate]], Awaitable[Sequence[api.ContainerUpdate]]]

@@ -1,15 +1,23 @@
-"""agent.pod_cgroups: each wanted pod cgroup written once, a failure retried with backoff, an unsafe parent
-refused for good, a pod no longer wanted forgotten; on a cgroup v2 tree of real files read back."""
+"""agent.pod_cgroups: each wanted pod cgroup written once and located once, a failure retried with backoff,
+an unsafe parent refused for good, a pod no longer wanted forgotten; the worker writes on its own thread,
+retries without an event and says when a pod's writes are done; on a cgroup v2 tree of real files read
+back."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from podlevel.agent import pod_cgroups
 from podlevel.agent.events import Observer
-from podlevel.agent.pod_cgroups import RETRY_FIRST_S, PodCgroups
+from podlevel.agent.pod_cgroups import RETRY_FIRST_S, PodCgroups, PodCgroupWorker
 from podlevel.agent.records import PodCgroupSettings
+from podlevel.cgroups import PodCgroup
 from podlevel.engine.cpuset import CPUSet
-from support.builders import fast_path, v2_root
+from support.builders import Gated, fast_path, v2_root
+from testbed.wait import wait_until
 
 POD = fast_path()
 
@@ -31,12 +39,12 @@ def test_the_bubble_and_the_quota_are_written_once(tmp_path: Path) -> None:
     pod_dir = root / "kubepods" / f"pod{POD.uid}"
     cgroups = PodCgroups(root)
 
-    cgroups.sync({"sb": wanted()}, ["sb"])
+    cgroups.sync({"sb": wanted()})
 
     assert (pod_dir / "cpuset.cpus").read_text() == "2-3"
     assert (pod_dir / "cpu.max").read_text() == "max 100000"
     (pod_dir / "cpuset.cpus").write_text("0-1")
-    cgroups.sync({"sb": wanted()}, ["sb"])
+    cgroups.sync({"sb": wanted()})
     assert (pod_dir / "cpuset.cpus").read_text() == "0-1", "unchanged wants are not written again"
 
 
@@ -46,13 +54,13 @@ def test_a_failure_waits_its_backoff_and_a_change_of_wants_is_tried_at_once(tmp_
     now, observer = [0.0], Counting()
     cgroups = PodCgroups(root, observer, clock=lambda: now[0])
 
-    cgroups.sync({"sb": wanted()}, ["sb"])
-    cgroups.sync({"sb": wanted()}, [])
+    cgroups.sync({"sb": wanted()})
+    cgroups.sync({})
     assert (observer.failures, cgroups.pending) == (1, True)
     now[0] += RETRY_FIRST_S
-    cgroups.sync({"sb": wanted()}, [])
+    cgroups.sync({})
     assert observer.failures == 2
-    cgroups.sync({"sb": wanted(cpus="4-5")}, ["sb"])
+    cgroups.sync({"sb": wanted(cpus="4-5")})
     assert observer.failures == 3, "new wants are tried at once"
 
 
@@ -61,36 +69,74 @@ def test_an_unsafe_parent_is_refused_for_good_and_a_gone_pod_forgotten(tmp_path:
     now, observer = [0.0], Counting()
     cgroups = PodCgroups(root, observer, clock=lambda: now[0])
 
-    cgroups.sync({"sb": wanted(parent="/../escape")}, ["sb"])
+    cgroups.sync({"sb": wanted(parent="/../escape")})
     assert "sb" in cgroups.failed and observer.failures == 1
     now[0] += 3600
-    cgroups.sync({"sb": wanted(parent="/../escape")}, ["sb"])
+    cgroups.sync({"sb": wanted(parent="/../escape")})
     assert observer.failures == 1, "refused for good: not tried again until its wants change"
 
-    cgroups.sync({}, ["sb"])
+    cgroups.sync({"sb": None})
     assert (cgroups.failed, cgroups.pending) == ({}, False)
 
 
-def test_a_limited_sync_writes_that_many_and_returns_the_rest(tmp_path: Path) -> None:
-    """A restart leaves every pod's cgroup to write: the handler spreads them over loop steps this way."""
-    pods = [fast_path(f"p{i}") for i in range(5)]
-    roots = [v2_root(tmp_path / pod.name, pod) for pod in pods]
-    root = tmp_path / "node"
-    (root / "kubepods").mkdir(parents=True)
-    (root / "cgroup.controllers").write_text("cpuset cpu memory\n")
-    for pod, tree in zip(pods, roots, strict=True):
-        (tree / "kubepods" / f"pod{pod.uid}").rename(root / "kubepods" / f"pod{pod.uid}")
-    wants = {f"sb-{pod.name}": PodCgroupSettings(f"pod default/{pod.name}", pod.uid,
-                                                 f"/kubepods/pod{pod.uid}", CPUSet.parse("2-3"), (0,), True,
-                                                 100000) for pod in pods}
-    cgroups = PodCgroups(root)
+def test_a_pod_cgroup_is_located_once_while_its_parent_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = v2_root(tmp_path, POD)
+    located: list[str] = []
+    real = pod_cgroups.locate_pod_cgroup
 
-    left = cgroups.sync(wants, wants, limit=2)
-    written = {sid for sid, want in wants.items()
-               if (root / "kubepods" / f"pod{want.pod_uid}" / "cpuset.cpus").read_text() == "2-3"}
-    assert (len(written), left) == (2, wants.keys() - written)
-    last = cgroups.sync(wants, left, limit=2)
-    assert len(last) == 1 and last < left
-    assert cgroups.sync(wants, last) == set()
-    assert all((root / "kubepods" / f"pod{w.pod_uid}" / "cpuset.cpus").read_text() == "2-3"
-               for w in wants.values())
+    def counting(**kwargs: Any) -> PodCgroup:
+        located.append(kwargs["cgroup_parent"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(pod_cgroups, "locate_pod_cgroup", counting)
+    cgroups = PodCgroups(root)
+    cgroups.sync({"sb": wanted(cpus="2-3")})
+    cgroups.sync({"sb": wanted(cpus="4-5")})
+    assert (root / "kubepods" / f"pod{POD.uid}" / "cpuset.cpus").read_text() == "4-5"
+    assert located == [f"/kubepods/pod{POD.uid}"], "new wants in the same pod cgroup: not located again"
+    cgroups.sync({"sb": wanted(parent=f"/kubepods/burstable/pod{POD.uid}")})
+    assert len(located) == 2, "another parent is located anew"
+
+
+def test_the_worker_writes_on_its_own_thread_and_wait_says_when(tmp_path: Path) -> None:
+    root = v2_root(tmp_path, POD)
+    cpus = root / "kubepods" / f"pod{POD.uid}" / "cpuset.cpus"
+    gated = Gated(root)
+    worker = PodCgroupWorker(gated)
+    try:
+        worker.submit({"sb": wanted(cpus="2-3")})
+        assert worker.wait("sb", 0.05) is False and not cpus.read_text().strip(), "submit returns first"
+        assert worker.wait("other", 0.0), "nothing submitted for another sandbox: no wait"
+        gated.gate.set()
+        assert worker.wait("sb", 30)
+        assert cpus.read_text() == "2-3"
+    finally:
+        gated.gate.set()
+        worker.close()
+
+
+def test_the_worker_retries_when_due_without_any_event(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pod_cgroups, "RETRY_FIRST_S", 0.05)
+    root = v2_root(tmp_path, POD)
+    cpu_max = root / "kubepods" / f"pod{POD.uid}" / "cpu.max"
+    cpu_max.unlink()
+    observer = Counting()
+    worker = PodCgroupWorker(PodCgroups(root, observer))
+    try:
+        worker.submit({"sb": wanted()})
+        assert worker.wait("sb", 30) and "sb" in worker.failed and worker.version == 1
+        cpu_max.write_text("200000 100000\n")
+        wait_until(lambda: not worker.failed, 30, "the retry to write cpu.max")
+        assert cpu_max.read_text() == "max 100000" and observer.failures >= 1 and worker.version == 2
+    finally:
+        worker.close()
+
+
+def test_closing_the_worker_writes_what_was_submitted(tmp_path: Path) -> None:
+    root = v2_root(tmp_path, POD)
+    worker = PodCgroupWorker(PodCgroups(root))
+    worker.submit({"sb": wanted(cpus="2-3")})
+    worker.close()
+    assert (root / "kubepods" / f"pod{POD.uid}" / "cpuset.cpus").read_text() == "2-3"

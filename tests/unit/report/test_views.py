@@ -63,7 +63,7 @@ def test_node_counts_per_numa_node_and_carries_the_checkpoints_and_settings(
     assert second["cpus"]["free"] == second["cpus"]["all"] == "4-7,12-15"
     memory = first["memory"]["memory"]
     assert (memory["reserved"], memory["bubbles"]) == (100 * MI, 1024 * MI)
-    assert memory["exclusive"] == 256 * MI, "fast's app holds its own share inside the bubble, as PodResources says"
+    assert memory["exclusive"] == 256 * MI, "fast's app holds its own share, as PodResources says"
     assert memory["free"] == memory["allocatable"] - 1024 * MI
     cpu, mem = checkpoints_of(plugin.placement.engine, plugin.placement.state)
     assert decode(node["checkpoint"]["cpu"]).content == cpu
