@@ -25,7 +25,7 @@ from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import linux_resources
 from podlevel.state.formats import CPUCheckpoint, decode
-from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, journal_files
 from support.demo_node import (
     ALL,
     ASSIGNABLE,
@@ -168,9 +168,9 @@ def test_restarted_plugin_resynchronizes_and_keeps_allocations(containerd: Conta
 def test_a_restart_from_the_previous_checkpoint_generation_takes_the_newer_pod_back_where_it_runs(
         containerd: Containerd, cri: CRI, plugin: PluginProcess) -> None:
     """What a power loss may leave: the files of the generation before the newest decision (the files are
-    synced to the disk only once writes pause). The restarted plugin must not trust them blindly or lose
-    the pod they miss: fast-path, admitted after that generation, is taken back onto the CPU it runs on,
-    nothing moves, and the new checkpoint holds its bubble."""
+    synced to the disk only once writes pause, the journal never). The restarted plugin must not trust them
+    blindly or lose the pod they miss: fast-path, admitted after that generation, is taken back onto the CPU
+    it runs on, nothing moves, and the new checkpoint holds its bubble."""
     web = start_pod(cri, demo_pod("web"), with_shape=False)
     wait_applied(cri, web.containers["server"], ALL)
     previous = {name: (plugin.state_dir / name).read_bytes() for name in (CPU_STATE_FILE, MEMORY_STATE_FILE)}
@@ -185,6 +185,8 @@ def test_a_restart_from_the_previous_checkpoint_generation_takes_the_newer_pod_b
     plugin.kill()
     for name, data in previous.items():
         (plugin.state_dir / name).write_bytes(data)
+    for _, journal in journal_files(plugin.state_dir):  # never synced to the disk: a power loss takes it too
+        journal.unlink()
     with restarted_moving_nothing(containerd, plugin) as restarted:
         restarted.wait_for_line("took back 1 pods the checkpoint did not hold", LOG_TIMEOUT_S)
         assert {name: applied(cri, cid) for name, cid in containers.items()} == before

@@ -11,7 +11,7 @@ from typing import Final
 import pytest
 
 from podlevel.podspec.runtime import container_resources, sandbox_resources
-from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, journal_files
 from support.demo_node import ALL, ASSIGNABLE, Applied, applied, web_and_fast_path
 from testbed import cgroupfs
 from testbed.containerd import Containerd
@@ -57,3 +57,4 @@ def test_release_puts_every_container_and_the_pod_cgroup_back(
     for name in (CPU_STATE_FILE, MEMORY_STATE_FILE):
         assert not (plugin.state_dir / name).exists()
         assert len(list(plugin.state_dir.glob(f"{name}.released-*"))) == 1
+    assert journal_files(plugin.state_dir) == [], "no journal left to replay over a later install's files"

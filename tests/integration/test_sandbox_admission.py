@@ -29,8 +29,6 @@ from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
 from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.podspec.runtime import sandbox_resources
-from podlevel.state.formats import CPUCheckpoint, decode
-from podlevel.state.store import CPU_STATE_FILE
 from support.demo_node import (
     ALL,
     ASSIGNABLE,
@@ -46,7 +44,7 @@ from testbed import cgroupfs
 from testbed.containerd import Containerd
 from testbed.cri import CRI, CRIError, Resources
 from testbed.kubelet import cgroup_parent, start_container, start_pod
-from testbed.plugin_process import PluginProcess
+from testbed.plugin_process import PluginProcess, recorded
 from testbed.wait import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("demo_node_cpus")]
@@ -69,9 +67,8 @@ def run_sandbox(cri: CRI, pod: Pod) -> str:
 
 
 def checkpointed_bubbles(state_dir: Path) -> dict[str, str]:
-    cpu = decode((state_dir / CPU_STATE_FILE).read_bytes())
-    assert cpu.valid and isinstance(cpu.content, CPUCheckpoint)
-    return {uid: str(cpus) for uid, cpus in cpu.content.pod_entries.items()}
+    cpu, _ = recorded(state_dir)
+    return {uid: str(cpus) for uid, cpus in cpu.pod_entries.items()}
 
 
 class RefusingSandboxes(RecordingHandler):

@@ -4,6 +4,8 @@ sandboxes and containers a runtime would send for them."""
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -171,6 +173,27 @@ def three_pods(state: StateDir | None = None) -> PodLevelPlugin:
     except RpcError:
         return plugin
     raise AssertionError("no-room was admitted")
+
+
+class CheckpointGate:
+    """The file writes of a StateDir (its `writer`): checkpoint files (JSON, `{` first) wait while `open` is
+    clear, or fail once after `fail_next` is set; journal appends (a binary header first) always go through:
+    what a slow or full disk looks like to the checkpoint writer."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.fail_next = False
+        self.failed = threading.Event()
+
+    def __call__(self, fd: int, data: bytes) -> None:
+        if data.startswith(b"{"):
+            if self.fail_next:
+                self.fail_next = False
+                self.failed.set()
+                raise OSError(errno.ENOSPC, "No space left on device")
+            assert self.open.wait(30), "the test never opened the gate"
+        os.write(fd, data)
 
 
 class Gated(PodCgroups):

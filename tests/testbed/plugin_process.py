@@ -16,6 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Final
 
+from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
+from podlevel.state.journal import replayed
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, read_journal
 from testbed.wait import wait_until
 
 REGISTER_TIMEOUT_S: Final = 90.0
@@ -134,3 +137,15 @@ class PluginProcess(LoggedProcess):
 
     def wait_registered(self, timeout: float = REGISTER_TIMEOUT_S) -> str:
         return self.wait_for_line(REGISTERED, timeout)
+
+
+def recorded(state_dir: Path) -> tuple[CPUCheckpoint, MemoryCheckpoint]:
+    """What a plugin's state directory records now, as a restart would start from it: both checkpoint files
+    (each must verify) with the decision journal's records replayed over them. A running plugin folds the
+    journal into the files within `FOLD_WITHIN_S`, so the files alone may lag an answer."""
+    cpu, memory = (decode((state_dir / name).read_bytes()) for name in (CPU_STATE_FILE, MEMORY_STATE_FILE))
+    assert cpu.valid and memory.valid, (cpu.checks, memory.checks)
+    assert isinstance(cpu.content, CPUCheckpoint) and isinstance(memory.content, MemoryCheckpoint)
+    replayed_cpu, replayed_memory = replayed(cpu.content, memory.content, read_journal(state_dir).deltas)
+    assert replayed_memory is not None
+    return replayed_cpu, replayed_memory

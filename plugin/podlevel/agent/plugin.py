@@ -1,7 +1,7 @@
 """The NRI handler of `nri-podlevel run`: runtime events in, container cgroup settings out.
 
 Every CreateContainer waits on this code, so a pod's work is done before its first container: RunPodSandbox
-parses the shape, admits the pod and writes the checkpoint while the kubelet still pulls the pod's images,
+parses the shape, admits the pod and records it while the kubelet still pulls the pod's images,
 and CreateContainer checks the container's claim and looks its settings up. A pod refused there is refused at
 RunPodSandbox only where the runtime then shuts the sandbox down (containerd 2.2.6, 2.3.3, 2.4 and later,
 `RuntimeInfo.rolls_back_refused_sandbox`): the CRI RunPodSandbox fails with the kubelet's admission type and
@@ -25,16 +25,17 @@ under the runtime's message limit (`MAX_REPLY_BYTES`, measured encoded); the res
 `Placement` and ride on the next answers. A container's own adjustment goes first; should even it not fit,
 its pod's admission is rolled back and the event fails with ResourceExhausted.
 
-What is decided is on disk before it is applied: an event that changed the node's allocations (an admission
-or a release, never a container of an admitted pod) hands the whole state to the checkpoint writer
-(`state.writer`, one atomic write of both files on its own thread), and every answer that applies decisions
-(CreateContainer, UpdateContainer, StopContainer, Synchronize) waits until what was handed over is written,
-so a plugin killed at any moment restarts from a state at least as new as what the runtime enforces. The
-notifications (RunPodSandbox, StopPodSandbox, RemovePodSandbox) do not wait: the admission's write runs while
-the kubelet pulls the pod's images, and a release is written with the next decision or within
-`RELEASE_WRITTEN_WITHIN_S`. A failed write is logged and retried at the next event; the container is
-placed all the same (the kubelet would refuse the pod, but a plugin that fails containers because its disk is
-full turns a degraded node into a broken one). Pod cgroups follow the state (`agent.pod_cgroups`).
+What is decided is recorded before it is applied: an event that changed the node's allocations (an
+admission or a release, never a container of an admitted pod) hands the whole state to the checkpoint
+writer with the journal record of what it changed (`state.journal`: appended at once, the files written
+within `FOLD_WITHIN_S` on the writer's thread), and every answer that applies decisions (CreateContainer,
+UpdateContainer, StopContainer, Synchronize) waits until what was handed over is recorded, which the append
+already did (until the files hold a first state to build on, the write itself), so a plugin killed at any
+moment restarts from a state at least as new as what the runtime enforces. The notifications
+(RunPodSandbox, StopPodSandbox, RemovePodSandbox) wait for nothing. A failed write is logged and retried at
+the next event; the container is placed all the same (the kubelet would refuse the pod, but a plugin that
+fails containers because its disk is full turns a degraded node into a broken one). Pod cgroups follow
+the state (`agent.pod_cgroups`).
 
 Each decision is logged once, as a sentence built from its fields (`podlevel.eventlog`), and reported to
 the `Observer` (the metrics) where the kubelet counts it. The snapshot readers on other threads use
@@ -87,18 +88,19 @@ from podlevel.nri import (
     updates_within,
 )
 from podlevel.state.engine_state import checkpoints_of
+from podlevel.state.journal import delta_of, encode_record
 from podlevel.state.store import StateDir
 from podlevel.state.writer import CheckpointWriter
 
 log = logger(__name__)
 
 ADMISSION_WRITTEN_WITHIN_S: Final = 0.002
-"""An admission at RunPodSandbox is checkpointed by then at the latest (the pod's first CreateContainer, which
-waits for it, comes later: the kubelet pulls images in between), not while its own answer is on its way:
-the write would take the interpreter from the answer."""
+"""An admission at RunPodSandbox the journal could not record is written by then at the latest (the pod's
+first CreateContainer, which waits for it, comes later: the kubelet pulls images in between), not while its
+own answer is on its way: the write would take the interpreter from the answer."""
 RELEASE_WRITTEN_WITHIN_S: Final = 0.1
-"""A release is checkpointed by then at the latest, or with the next decision: a pod that goes is often
-replaced at once, and one write of both serves them."""
+"""A release the journal could not record is written by then at the latest, or with the next decision: a pod
+that goes is often replaced at once, and one write of both serves them."""
 POD_CGROUP_WAIT_S: Final = 5.0
 """How long a container's creation waits for its pod's cgroup to be written before it goes on without (the
 write is logged and retried as any failed one)."""
@@ -152,6 +154,9 @@ class PodLevelPlugin(Handler):
         self._writer = None if state is None else CheckpointWriter(state, self._write_failed, self._written)
         self._saved: NodeState | None = placement.state
         """The engine state last handed to the writer (state objects are immutable); None: write again."""
+        self._submitted_state: NodeState | None = None
+        """The state of the last submission, which the next one's journal record is taken against; None
+        before the first (which the files must hold whole before any record builds on it)."""
         self._save_error: str | None = None
         self._cgroups_paths: dict[str, str] = {}
         self._refusals: dict[str, str] = {}
@@ -217,8 +222,9 @@ class PodLevelPlugin(Handler):
         call `_durable` before they leave."""
         current = self.placement.state
         if self._writer is not None and (force or current is not self._saved):
-            self._saved = current
-            self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within)
+            before, self._saved, self._submitted_state = self._submitted_state, current, current
+            record = encode_record(delta_of(before, current)) if before is not None else None
+            self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within, record=record)
         changed = self.placement.take_pod_cgroup_changes()  # taken even unused: the set would only grow
         cgroups = self.pod_cgroups
         if cgroups is not None and (changed or cgroups.pending):
@@ -234,7 +240,8 @@ class PodLevelPlugin(Handler):
                         "created meanwhile", sandbox=sandbox_id, seconds=POD_CGROUP_WAIT_S)
 
     def _durable(self) -> None:
-        """Wait until every decision so far was written (or its write failed): the answer applies them."""
+        """Wait until every decision so far is recorded (journaled, or written, or its write failed): the
+        answer applies them."""
         if self._writer is not None:
             self._writer.wait()
 
@@ -332,7 +339,7 @@ class PodLevelPlugin(Handler):
 
     @_locked
     def run_pod_sandbox(self, pod: api.PodSandbox) -> None:
-        """Admit the pod before any of its containers; the checkpoint is written before the answer. A
+        """Admit the pod before any of its containers; it is recorded before the answer. A
         refusal fails the event where the runtime then shuts the sandbox down; elsewhere it answers nothing
         (see the module docstring) and the pod's first CreateContainer decides again, logs, counts and
         answers it."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -32,7 +32,8 @@ from podlevel.report.schema import BubbleDocument, CheckpointDocument, NodeDocum
 from podlevel.report.views import nodes_text, numa_usage, outside_bubbles
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CorruptCheckpoint, CPUCheckpoint, Decoded, Kind, MemoryCheckpoint, decode
-from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE
+from podlevel.state.journal import replayed
+from podlevel.state.store import CPU_STATE_FILE, MEMORY_STATE_FILE, read_journal
 from podlevel.sysfs.reader import read_topology
 
 PLUGIN_AND_CGROUP: Final = "plugin and cgroup"
@@ -204,20 +205,33 @@ def read_checkpoint(path: Path, kind: Kind) -> Decoded:
 
 
 def checkpoint_drifts(embedded: CheckpointDocument, state_dir: Path) -> list[Drift]:
-    """Where the files in `state_dir` differ from what the plugin holds now (`/debug/node`'s checkpoint, the
-    files' text as the plugin would write them): the decoded contents are compared, and where they differ,
-    each field that does is named."""
+    """Where the files in `state_dir`, with the journal's records replayed over them (read in that order: a
+    record replayed over files that hold it changes nothing), differ from what the plugin holds now
+    (`/debug/node`'s checkpoint, the files' text as the plugin would write them): the decoded contents are
+    compared, and where they differ, each field that does is named."""
     drifts: list[Drift] = []
     files: tuple[tuple[Kind, str, str], ...] = (
         ("cpu", CPU_STATE_FILE, embedded["cpu"]), ("memory", MEMORY_STATE_FILE, embedded["memory"]),
     )
+    read: dict[Kind, Decoded] = {}
+    for kind, name, _ in files:
+        try:
+            read[kind] = read_checkpoint(state_dir / name, kind)
+        except BadInput as err:
+            drifts.append(Drift(str(state_dir / name), "the plugin's checkpoint", str(err),
+                                PLUGIN_AND_CHECKPOINT))
+    cpu, memory = read.get("cpu"), read.get("memory")
+    if cpu is not None and isinstance(cpu.content, CPUCheckpoint):
+        kept = memory.content if memory is not None and isinstance(memory.content, MemoryCheckpoint) else None
+        replayed_cpu, replayed_memory = replayed(cpu.content, kept, read_journal(state_dir).deltas)
+        read["cpu"] = replace(cpu, content=replayed_cpu)
+        if memory is not None and replayed_memory is not None:
+            read["memory"] = replace(memory, content=replayed_memory)
     for kind, name, text in files:
         path = state_dir / name
         wanted = decode(text, kind)
-        try:
-            found = read_checkpoint(path, kind)
-        except BadInput as err:
-            drifts.append(Drift(str(path), "the plugin's checkpoint", str(err), PLUGIN_AND_CHECKPOINT))
+        found = read.get(kind)
+        if found is None:
             continue
         if found.content == wanted.content:
             continue
@@ -241,11 +255,13 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
 
 
 def from_checkpoints(state_dir: Path, cgroup_root: Path, sysfs_root: str, why: str) -> Inspection:
-    """The node as the checkpoint files left it, beside the pod cgroups (found by UID)."""
+    """The node as the checkpoint files and the journal left it, beside the pod cgroups (found by UID)."""
     cpu = read_checkpoint(state_dir / CPU_STATE_FILE, "cpu").content
     memory = read_checkpoint(state_dir / MEMORY_STATE_FILE, "memory").content
     if not isinstance(cpu, CPUCheckpoint) or not isinstance(memory, MemoryCheckpoint):
         raise BadInput(f"{state_dir}: the CPU checkpoint is in the V1 layout, keyed by container ID")
+    cpu, replayed_memory = replayed(cpu, memory, read_journal(state_dir).deltas)
+    memory = replayed_memory or memory
     try:
         topology = read_topology(sysfs_root)
     except (OSError, InputError) as err:

@@ -7,6 +7,11 @@ Both files of one decision are written by one `StateDir.write` call: temporary f
 Making them survive a power loss (file data fsynced, then the directory) is `StateDir.sync`, which the
 checkpoint writer runs off the event path; `atomic_write`, for one-off rewrites, does both at once.
 
+Between writes, each decision is appended to the journal (`decisions.journal.<generation>`, see `journal`):
+`append` before the answer, `rotate` when the writer takes a state to write, `drop_journal` once the files
+hold it. `load` replays what the journal holds over the files (without changing them); a restarting plugin
+then writes the result and drops the journal (`fold`).
+
 Loading never raises for a bad file: a corrupt one (empty, truncated, not JSON, a bad checksum, an unknown
 future layout, a directory or other non-file in its place) is moved aside as `<name>.corrupt-<UTC time>`
 with one log line, and the caller gets no state and the reason, to rebuild from the runtime; an older layout
@@ -22,7 +27,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Generic, TypeVar
@@ -42,12 +47,14 @@ from podlevel.state.formats import (
     encode,
     newest_encoder,
 )
+from podlevel.state.journal import Delta, Replay, read_records, replayed
 
 log = logger(__name__)
 
 DEFAULT_STATE_DIR: Final = Path("/var/lib/nri-podlevel")
 CPU_STATE_FILE: Final = "cpu_manager_state"
 MEMORY_STATE_FILE: Final = "memory_manager_state"
+JOURNAL_PREFIX: Final = "decisions.journal."
 
 Writer = Callable[[int, bytes], None]
 """Writes all of the bytes to a file descriptor; the seam tests use to fail a write."""
@@ -71,9 +78,49 @@ class Loaded(Generic[T]):
 
 
 @dataclass(frozen=True)
+class JournalLoaded:
+    """What the journal added to the files: its files, the records replayed, and what stopped the replay."""
+
+    files: tuple[Path, ...] = ()
+    records: int = 0
+    problem: str | None = None
+    corrupt: bool = False
+
+
+@dataclass(frozen=True)
 class LoadedState:
     cpu: Loaded[CPUCheckpoint]
     memory: Loaded[MemoryCheckpoint]
+    journal: JournalLoaded = JournalLoaded()
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    """(generation, path) of the journal files in a state directory, oldest first."""
+    found = []
+    for path in directory.glob(f"{JOURNAL_PREFIX}*"):
+        suffix = path.name[len(JOURNAL_PREFIX):]
+        if suffix.isdigit():
+            found.append((int(suffix), path))
+    return sorted(found)
+
+
+def read_journal(directory: Path) -> Replay:
+    """The whole records of a state directory's journal files in order, up to a corrupt one (read only); a
+    record cut short ends only its own file (the append that tore it failed, and appends went on in the
+    next)."""
+    deltas: list[Delta] = []
+    problems: list[str] = []
+    for _, path in journal_files(directory):
+        try:
+            replay = read_records(path.read_bytes())
+        except OSError as err:
+            return Replay(tuple(deltas), f"{path}: cannot read: {err.strerror}", corrupt=True)
+        deltas += replay.deltas
+        if replay.problem is not None:
+            problems.append(f"{path.name}: {replay.problem}")
+        if replay.corrupt:
+            return Replay(tuple(deltas), "; ".join(problems), corrupt=True)
+    return Replay(tuple(deltas), "; ".join(problems) or None)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -171,6 +218,10 @@ class StateDir:
         self._newest = newest_encoder()
         self._written: dict[Path, bytes] = {}
         """What the last successful `write` left in each file: an unchanged file is not written again."""
+        self._journal_fd: int | None = None
+        self._journal_bytes = 0
+        self._generation = 0
+        """The journal file appends go to; set past every existing one below."""
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
@@ -194,6 +245,7 @@ class StateDir:
             log.warning("state dir {state_dir} was writable by others (mode {mode:o}); narrowed to 700",
                         state_dir=path, mode=stat.S_IMODE(mode))
         self._remove_leftovers()
+        self._generation = max((generation for generation, _ in journal_files(self.path)), default=-1) + 1
 
     def _remove_leftovers(self) -> None:
         """Temporary files a process killed in mid-write left (the new bytes before the swap, the old after),
@@ -251,10 +303,64 @@ class StateDir:
     def load(self, containers: Mapping[str, tuple[str, str]] | None = None) -> LoadedState:
         """Both checkpoints. `containers` (container ID -> (pod UID, container name)) migrates a V1 CPU file
         keyed by container ID; without it such a file is left in place and not used."""
-        return LoadedState(
-            _narrow(self._load(self.cpu_file, "cpu", containers), CPUCheckpoint),
-            _narrow(self._load(self.memory_file, "memory", containers), MemoryCheckpoint),
-        )
+        cpu = _narrow(self._load(self.cpu_file, "cpu", containers), CPUCheckpoint)
+        memory = _narrow(self._load(self.memory_file, "memory", containers), MemoryCheckpoint)
+        files = tuple(path for _, path in journal_files(self.path))
+        if not files:
+            return LoadedState(cpu, memory)
+        replay = read_journal(self.path)
+        if cpu.content is None:
+            return LoadedState(cpu, memory, JournalLoaded(files, 0, f"{len(replay.deltas)} journal records "
+                                                                  "not replayed: no CPU checkpoint"))
+        new_cpu, new_memory = replayed(cpu.content, memory.content, replay.deltas)
+        return LoadedState(replace(cpu, content=new_cpu), replace(memory, content=new_memory),
+                           JournalLoaded(files, len(replay.deltas), replay.problem, replay.corrupt))
+
+    # -- the journal -----------------------------------------------------------------------------------------
+
+    def append(self, record: bytes) -> None:
+        """Append one record to the journal; the page cache keeps it through a killed process. Raises
+        OSError; the journal then goes on in a new file, so the torn record stays the last of its file."""
+        try:
+            if self._journal_fd is None:
+                path = self.path / f"{JOURNAL_PREFIX}{self._generation}"
+                self._journal_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            self._writer(self._journal_fd, record)
+        except OSError:
+            self.rotate()
+            raise
+        self._journal_bytes += len(record)
+
+    def rotate(self) -> int | None:
+        """End the journal file appends go to, when it has any; the generation ended (None: nothing to
+        end). Once a write of the state taken with it succeeds, `drop_journal` removes it."""
+        if self._journal_fd is None:
+            return None
+        os.close(self._journal_fd)
+        ended, self._journal_fd, self._journal_bytes = self._generation, None, 0
+        self._generation += 1
+        return ended
+
+    def drop_journal(self, through: int) -> None:
+        """Remove the journal files up to generation `through`: the checkpoint files hold them now."""
+        for generation, path in journal_files(self.path):
+            if generation <= through:
+                path.unlink(missing_ok=True)
+
+    def fold(self, loaded: LoadedState) -> None:
+        """Write what `load` replayed into the files, durably, then drop the journal (a corrupt one is set
+        aside): a restarted plugin starts from files that hold every recorded decision. Raises OSError."""
+        journal = loaded.journal
+        if not journal.files:
+            return
+        if journal.records and loaded.cpu.content is not None:
+            self.write(loaded.cpu.content, loaded.memory.content)
+            self.sync()
+        for path in journal.files:
+            if journal.corrupt:
+                os.rename(path, self._aside(path, "corrupt"))
+            else:
+                path.unlink(missing_ok=True)
 
     def _load(
         self, path: Path, kind: Kind, containers: Mapping[str, tuple[str, str]] | None
@@ -297,10 +403,10 @@ class StateDir:
         return Loaded(content, version=decoded.version, migrated=migrated)
 
     def set_aside(self, why: str) -> list[Path]:
-        """Rename both checkpoint files to `<name>.<why>-<UTC time>`, a name no restart loads (a node the
-        plugin leaves); returns where they went. Raises OSError when a rename fails."""
+        """Rename both checkpoint files and the journal to `<name>.<why>-<UTC time>`, names no restart loads
+        (a node the plugin leaves); returns where they went. Raises OSError when a rename fails."""
         moved = []
-        for path in (self.cpu_file, self.memory_file):
+        for path in (self.cpu_file, self.memory_file, *(path for _, path in journal_files(self.path))):
             if os.path.lexists(path):
                 target = self._aside(path, why)
                 os.rename(path, target)

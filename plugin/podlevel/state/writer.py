@@ -1,23 +1,27 @@
-"""Checkpoint writes on a thread of their own, so that an event's answer waits for the file system only when
-it applies what was decided, and never for the disk.
+"""Checkpoint writes on a thread of their own, so that an event's answer waits neither for the file system
+nor for the disk.
 
-The rule the plugin keeps is that a decision is in its checkpoint files before any answer applies it, so a
-plugin killed at any moment restarts from a state at least as new as what the runtime enforces. An
-admission is decided before the runtime asks for the pod's first container (RunPodSandbox; the kubelet pulls
-images in between) and a release at StopPodSandbox, whose answers apply nothing; the answers that do
-(CreateContainer, UpdateContainer, StopContainer, Synchronize) call `wait` first. The write (encoding, a
-temporary file swapped in for the old one) runs here, and `wait` returns once the files are replaced. They
-are synced to the disk (file data, then the directory) on another thread once writes pause for
-`SYNC_AFTER_QUIET_SECONDS`: the page cache already survives the process, and what a power loss could undo
-matters to no one, since every container is gone after it too (a stale checkpoint is reconciled by the
-first Synchronize, a torn one moved aside).
+The rule the plugin keeps is that a decision is recorded before any answer applies it, so a plugin killed at
+any moment restarts from a state at least as new as what the runtime enforces. A submission carries the
+journal record of what it changed (`journal`): it is appended on the caller's thread, and from then on the
+decision is recorded (the page cache survives the process), so `wait` returns at once. The whole state is
+written later (within `FOLD_WITHIN_S`, encoding and temporary files swapped in on this thread), and once
+the files hold it the journal's records up to it are dropped (`StateDir.rotate`, `drop_journal`). Until
+the files hold a state that every later submission's record builds on (the first write after the start),
+and when an append fails, a submission is not recorded until it is written: `wait` then waits for the
+write, as the answers that apply decisions (CreateContainer, UpdateContainer, StopContainer, Synchronize)
+call it. The written files are synced to the disk (file data, then the directory) on another thread once
+writes pause for `SYNC_AFTER_QUIET_SECONDS`: what a power loss could undo matters to no one, since every
+container is gone after it too (a stale checkpoint is reconciled by the first Synchronize, a torn one moved
+aside).
 
 Every submission is the whole node state, so only the newest one waiting needs writing: a write that falls
-behind skips the states already replaced, and leaves the sync to the newest write. A failed write or sync
-(an OSError, or any other error, which must not stop the threads `wait` depends on) is reported to
+behind skips the states already replaced, and leaves the sync to the newest write. A failed append, write
+or sync (an OSError, or any other error, which must not stop the threads `wait` depends on) is reported to
 `on_failure` from the thread that met it, and the next submission tries again; `wait` returns either way (a
-plugin that fails containers because its disk is full turns a degraded node into a broken one). Success is
-reported after a sync, unless the newest write failed.
+plugin that fails containers because its disk is full turns a degraded node into a broken one). A failed
+write keeps the journal it would have dropped. Success is reported after a sync, unless the newest write
+failed.
 """
 
 from __future__ import annotations
@@ -29,13 +33,17 @@ from typing import Final
 
 from podlevel.eventlog import logger
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint
-from podlevel.state.store import StateDir
+from podlevel.state.store import StateDir, journal_files
 
 log = logger(__name__)
 
 Contents = tuple[CPUCheckpoint | None, MemoryCheckpoint | None]
 SYNC_AFTER_QUIET_SECONDS: Final = 0.5
 """How long writes must pause before the written files are synced to the disk."""
+FOLD_WITHIN_S: Final = 0.5
+"""A recorded submission is written into the files by then at the latest: under a burst of events one write
+serves many decisions, and readers of the files (the kubelet after a removal, `show` without the plugin)
+find them at most this old, or replay the journal."""
 
 
 class CheckpointWriter:
@@ -67,6 +75,14 @@ class CheckpointWriter:
         self._failed = False
         """The last write failed."""
         self._closed = False
+        self._recorded = 0
+        """The last submission whose record is in the journal."""
+        self._based = False
+        """The files hold the newest submission once: every later recorded submission builds on them."""
+        existing = journal_files(state.path)
+        self._rotated: int | None = existing[-1][0] if existing else None
+        """The newest journal generation ended for a write (or left from before the start, when the start
+        could not fold it); dropped once a write succeeds."""
         self._threads = [
             threading.Thread(target=self._write_loop, name="checkpoint-writer", daemon=True),
             threading.Thread(target=self._sync_loop, name="checkpoint-sync", daemon=True),
@@ -75,25 +91,39 @@ class CheckpointWriter:
             thread.start()
 
     def submit(
-        self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, within: float = 0.0
+        self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, within: float = 0.0,
+        record: bytes | None = None,
     ) -> None:
         """Write these contents, replacing any submitted before that are not written yet: at once, or, with
         `within` seconds, by then at the latest (a newer submission or a `wait` writes them sooner). A
-        release is written so: the admission that usually follows it writes both in one go."""
+        release is written so: the admission that usually follows it writes both in one go. `record`, the
+        journal record of what changed since the previous submission, makes the submission recorded at once
+        (written within `FOLD_WITHIN_S`) once the files hold a state to build on."""
         with self._changed:
             if self._closed:
                 raise RuntimeError("checkpoint writer closed")
+            recorded = False
+            if record is not None and self._based:
+                try:
+                    self.state.append(record)
+                except Exception as err:
+                    _report(self._on_failure, err)
+                else:
+                    recorded, within = True, max(within, FOLD_WITHIN_S)
             due = time.monotonic() + within
             self._due = due if self._pending is None else min(self._due, due)
             self._pending = (cpu, memory)
             self._submitted += 1
+            if recorded:
+                self._recorded = self._submitted
             self._changed.notify_all()
 
     def wait(self) -> None:
-        """Return once everything submitted so far was written, or its write failed."""
+        """Return once everything submitted so far is recorded: in the journal, or written (or its write
+        failed)."""
         with self._changed:
             wanted = self._submitted
-            if self._attempted >= wanted:
+            if self._attempted >= wanted or self._recorded >= wanted:
                 return  # the common answer: nothing to wait for, and no thread to wake
             self._due = 0.0
             self._changed.notify_all()
@@ -122,14 +152,22 @@ class CheckpointWriter:
                     return
                 contents, self._pending = self._pending, None
                 generation = self._submitted
+                ended = self.state.rotate()
+                if ended is not None:
+                    self._rotated = ended
+                rotated = self._rotated
             try:
                 replaced = self.state.write(*contents)
+                if rotated is not None:
+                    self.state.drop_journal(rotated)
             except Exception as err:
                 _report(self._on_failure, err)
                 replaced, failed = False, True
             else:
                 failed = False
             with self._changed:
+                if not failed and generation == self._submitted:
+                    self._based = True
                 self._attempted = generation
                 self._unsynced += replaced
                 self._failed = failed

@@ -17,6 +17,7 @@ from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups, PodCgroupWorker
 from podlevel.agent.records import Settings
+from podlevel.agent.startup import restored_state
 from podlevel.engine.cfs import CFS_PERIOD_US, UNLIMITED_QUOTA
 from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import AdmissionError, InputError
@@ -26,9 +27,21 @@ from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.nri.runtime import EVENTS_FROM_V0_10, RuntimeInfo
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
+from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import CPUCheckpoint
-from podlevel.state.store import StateDir
-from support.builders import GI, MI, Gated, all_exclusive, container, fast_path, new_engine, sandbox, v2_root
+from podlevel.state.store import StateDir, journal_files
+from support.builders import (
+    GI,
+    MI,
+    CheckpointGate,
+    Gated,
+    all_exclusive,
+    container,
+    fast_path,
+    new_engine,
+    sandbox,
+    v2_root,
+)
 
 
 @pytest.fixture
@@ -214,6 +227,30 @@ def test_an_admission_is_checkpointed_before_the_answer(tmp_path: Path) -> None:
     plugin.stop_pod_sandbox(fast)
     plugin.stop_container(web, container(web, "server"))
     assert state.load().cpu.content == CPUCheckpoint("static", CPUSet.parse("0-15"))
+
+
+def test_a_restart_takes_back_what_only_the_journal_held(tmp_path: Path) -> None:
+    """The files lag (their write is held) when the plugin is killed after answering an admission: the
+    journal holds it, a restart replays it and writes it into the files."""
+    gate = CheckpointGate()
+    plugin = PodLevelPlugin(Placement(new_engine()), state=StateDir(tmp_path / "state", writer=gate))
+    plugin.synchronize([], [])  # the files' first write, which the records build on
+    gate.open.clear()
+    fast = sandbox(fast_path())
+    plugin.run_pod_sandbox(fast)
+    plugin.create_container(fast, container(fast, "app"))
+    engine, answered = plugin.placement.engine, plugin.placement.state
+    try:
+        assert journal_files(tmp_path / "state"), "the admission was answered from the journal"
+        restored = restored_state(StateDir(tmp_path / "state"), engine)
+        assert restored is not None and restored.cpu.pod_entries == answered.cpu.pod_entries
+        assert restored.memory is not None and restored.memory.pod_entries == answered.memory.pod_entries
+        loaded = StateDir(tmp_path / "state").load()
+        assert (loaded.cpu.content, loaded.memory.content) == checkpoints_of(engine, answered)
+        assert loaded.journal.files == (), "the restart wrote the journal into the files"
+    finally:
+        gate.open.set()
+        plugin.close()
 
 
 def test_closing_writes_what_a_notification_decided(tmp_path: Path) -> None:

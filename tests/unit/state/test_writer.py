@@ -9,8 +9,9 @@ from pathlib import Path
 
 from podlevel.engine.cpuset import CPUSet
 from podlevel.state.formats import CPUCheckpoint, decode
-from podlevel.state.store import CPU_STATE_FILE, StateDir
+from podlevel.state.store import CPU_STATE_FILE, StateDir, journal_files
 from podlevel.state.writer import CheckpointWriter
+from support.builders import CheckpointGate
 
 
 def _cpu(cpus: str) -> CPUCheckpoint:
@@ -165,3 +166,49 @@ def test_a_failing_outcome_callback_stops_no_thread(tmp_path: Path) -> None:
     writer.wait()
     assert _on_disk(tmp_path) == _cpu("2")
     writer.close()
+
+
+# -- the journal ---------------------------------------------------------------------------------------------
+
+
+def _answered(writer: CheckpointWriter) -> bool:
+    """Whether `wait` returns while the checkpoint writes are held."""
+    waiting = threading.Thread(target=writer.wait, daemon=True)
+    waiting.start()
+    waiting.join(timeout=5)
+    return not waiting.is_alive()
+
+
+def test_a_recorded_submission_is_answered_before_the_files_are_written(tmp_path: Path) -> None:
+    gate = CheckpointGate()
+    writer = CheckpointWriter(StateDir(tmp_path, writer=gate), on_failure=lambda err: None)
+    writer.submit(_cpu("0"), None, record=b"\0\0\0\0before the base")
+    writer.wait()
+    assert journal_files(tmp_path) == [], "no record is kept before the files hold a state to build on"
+    gate.open.clear()
+    writer.submit(_cpu("1"), None, record=b"\0\0\0\0one")
+    writer.submit(_cpu("2"), None, record=b"\0\0\0\0two")
+    assert _answered(writer)
+    assert _on_disk(tmp_path) == _cpu("0")
+    [(_, journal)] = journal_files(tmp_path)
+    assert journal.read_bytes() == b"\0\0\0\0one\0\0\0\0two"
+    gate.open.set()
+    writer.close()
+    assert _on_disk(tmp_path) == _cpu("2") and journal_files(tmp_path) == []
+
+
+def test_a_failed_write_keeps_the_journal_until_a_write_succeeds(tmp_path: Path) -> None:
+    gate = CheckpointGate()
+    failures: list[Exception] = []
+    writer = CheckpointWriter(StateDir(tmp_path, writer=gate), on_failure=failures.append)
+    writer.submit(_cpu("0"), None)
+    writer.wait()
+    gate.fail_next = True
+    writer.submit(_cpu("1"), None, record=b"\0\0\0\0one", within=0)
+    assert _answered(writer) and gate.failed.wait(30)
+    writer.wait()
+    assert [path.read_bytes() for _, path in journal_files(tmp_path)] == [b"\0\0\0\0one"]
+    writer.submit(_cpu("2"), None, record=b"\0\0\0\0two")
+    writer.close()
+    assert _on_disk(tmp_path) == _cpu("2") and journal_files(tmp_path) == []
+    assert len(failures) == 1
