@@ -113,6 +113,8 @@ def read_journal(directory: Path) -> Replay:
     for _, path in journal_files(directory):
         try:
             replay = read_records(path.read_bytes())
+        except FileNotFoundError:
+            continue  # dropped since it was listed: the files hold its records now
         except OSError as err:
             return Replay(tuple(deltas), f"{path}: cannot read: {err.strerror}", corrupt=True)
         deltas += replay.deltas

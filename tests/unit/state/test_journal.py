@@ -8,14 +8,16 @@ import itertools
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from podlevel.engine.errors import AdmissionError
 from podlevel.engine.manager import Engine, NodeState
+from podlevel.state import store
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.journal import HEADER, delta_of, encode_record, read_records, replayed
-from podlevel.state.store import StateDir, journal_files
+from podlevel.state.store import StateDir, journal_files, read_journal
 from support.builders import all_exclusive, burstable, fast_path, new_engine, pod, sidecar
 
 ENGINE = new_engine()
@@ -127,3 +129,15 @@ def test_appends_after_a_restart_go_past_every_journal_file_left(tmp_path: Path)
     state.append(encode_record(delta_of(seen[0], seen[1])))
     assert [generation for generation, _ in journal_files(tmp_path)] == [7, 8]
     assert os.stat(tmp_path / "decisions.journal.8").st_mode & 0o777 == 0o600
+
+
+def test_a_journal_file_dropped_while_it_is_read_is_skipped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`show` beside a running plugin: a file listed, then dropped by a write before it is read."""
+    seen = states(ENGINE, [(True, 0)])
+    state = StateDir(tmp_path)
+    state.append(encode_record(delta_of(seen[0], seen[1])))
+    listed = [*journal_files(tmp_path), (9, tmp_path / "decisions.journal.9")]
+    monkeypatch.setattr(store, "journal_files", lambda directory: listed)
+    replay = read_journal(tmp_path)
+    assert len(replay.deltas) == 1 and not replay.corrupt and replay.problem is None
