@@ -50,15 +50,20 @@ NUMA nodes x 32 cores x 2 threads); `engine_topology`, `nri_topology`, `nri_live
 `nri_live_containers` tell the runs apart. The plugin's time per event should stay flat as N grows, but for
 the updates it must send (`moving_others_updates_mean`).
 
+Across node sizes: `--scale 400,2000,5000` runs the churn at each size (the JSON's `scale` holds each run's
+churn keys by size) and prints to stderr a Markdown table of them beside Synchronize of the same sizes:
+per event p50 (p99) with the Go plugin's p50 and the ratio, CPU per pod, and RSS.
+
 Failing pod cgroups: `--pods-with-failing-cgroups N` leaves out the cgroups of the churn's first N pods
 (they stay all along), so their pod cgroup writes fail and are retried with backoff; compare the churn's
 figures with a run without (`nri_pods_with_failing_cgroups` says how many failed).
 
 Usage: hack/bench [--quick] [--cycles N] [--nri-cycles N] [--block N] [--sync-repeats N] [--go-plugin PATH]
-[--live-containers N] [--topology SPEC] [--state-base DIR] [--pods-with-failing-cgroups N] [--profile]
-[--profile-plugin DIR]   (--quick: the same keys with fewer samples; --state-base: nri-podlevel's state dirs
-there, e.g. on a tmpfs, where the default is the temporary dir on the local disk; --profile: a cProfile of
-the engine churn on stderr; --profile-plugin: a cProfile of each nri-podlevel process, the churn's first)
+[--live-containers N | --scale N,N,...] [--topology SPEC] [--state-base DIR]
+[--pods-with-failing-cgroups N] [--profile] [--profile-plugin DIR]   (--quick: the same keys with fewer
+samples; --state-base: nri-podlevel's state dirs there, e.g. on a tmpfs, where the default is the temporary
+dir on the local disk; --profile: a cProfile of the engine churn on stderr; --profile-plugin: a cProfile of
+each nri-podlevel process, the churn's first)
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ from benchmark.plugin_process import (
     plugin_process,
 )
 from benchmark.runtime_peer import go_plugin
+from benchmark.stats import scale_table
 
 GO_SETUP = "tests/integration/goplugin -noop: the upstream NRI stub answering every event with no change"
 
@@ -109,6 +115,10 @@ def main() -> int:
     parser.add_argument("--live-containers", metavar="N", type=int, default=LIVE_CONTAINERS,
                         help="containers live through the NRI churn: the mix's CPU holders, then Burstable "
                              "pods (%(default)s: the mix's 500 pods)")
+    parser.add_argument("--scale", metavar="N,N,...", type=_sizes,
+                        help="run the NRI churn at each of these live-container counts instead (e.g. "
+                             "400,2000,5000): the JSON gets `scale` (size -> the churn's keys) and stderr a "
+                             "table of them beside Synchronize of the same sizes")
     parser.add_argument("--pods-with-failing-cgroups", metavar="N", type=int, default=0,
                         help="leave out the cgroups of the NRI churn's first N pods, whose pod cgroup writes "
                              "then fail all along (compare with a run without)")
@@ -132,12 +142,30 @@ def main() -> int:
     started = time.perf_counter()
     numbers: dict[str, object] = {"nri_plugin_setup": PLUGIN_SETUP, "go_noop_plugin": GO_SETUP}
     numbers.update(engine_numbers(cycles, args.profile, args.topology))
-    numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary, args.topology, args.live_containers,
-                                      args.pods_with_failing_cgroups))
-    numbers.update(nri_synchronize_numbers(sync_repeats, go_binary, args.topology))
+    if args.scale:
+        churns = {size: nri_create_numbers(nri_cycles, args.block, go_binary, args.topology, size,
+                                           args.pods_with_failing_cgroups) for size in args.scale}
+        numbers["scale"] = {str(size): churn for size, churn in churns.items()}
+    else:
+        numbers.update(nri_create_numbers(nri_cycles, args.block, go_binary, args.topology,
+                                          args.live_containers, args.pods_with_failing_cgroups))
+    synchronize = nri_synchronize_numbers(sync_repeats, go_binary, args.topology)
+    numbers.update(synchronize)
+    if args.scale:
+        print(scale_table(churns, synchronize), file=sys.stderr)
     numbers["bench_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(numbers, indent=2))
     return 0
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of container counts: {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"container counts must be positive: {text!r}")
+    return sizes
 
 
 if __name__ == "__main__":

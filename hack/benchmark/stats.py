@@ -4,7 +4,7 @@ and the keys of the comparison (see the package's usage for what each key means)
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, NamedTuple
 
 from podlevel.nri.runtime import Event
@@ -106,3 +106,53 @@ def summary_us(prefix: str, nanoseconds: Sequence[int]) -> dict[str, float]:
         f"{prefix}_p99_us": percentile(nanoseconds, 0.99),
         f"{prefix}_max_us": max(nanoseconds) / 1000,
     }
+
+
+SCALE_ROWS: Final = (
+    ("RunPodSandbox", "run_pod_sandbox_roundtrip"),
+    ("CreateContainer, first container", "first_container_roundtrip"),
+    ("CreateContainer, later container", "later_container_roundtrip"),
+    ("a pod's 9 events", "pod_lifecycle"),
+)
+
+
+def scale_table(churns: dict[int, dict[str, object]], synchronize: dict[str, object]) -> str:
+    """The churn's figures at each node size beside the Go plugin's, and Synchronize of the same sizes, as a
+    Markdown table: per event nri-podlevel's p50 (p99), the Go plugin's p50 and the p50 ratio; CPU per pod;
+    RSS after the churn and after Synchronize. A size Synchronize was not run at shows `-`."""
+    sizes = sorted(churns)
+
+    def cells(render: Callable[[int], str]) -> str:
+        return " | ".join(render(size) for size in sizes)
+
+    def trip(key: str) -> Callable[[int], str]:
+        def render(size: int) -> str:
+            at = churns[size]
+            return (f"{at[f'nri_{key}_us_p50']:,.0f} µs ({at[f'nri_{key}_us_p99']:,.0f}); "
+                    f"Go {at[f'go_noop_{key}_us_p50']:,.0f}; {at[f'{key}_ratio_p50']}x")
+        return render
+
+    def synchronized(size: int) -> str:
+        ms = synchronize.get(f"nri_synchronize_{size}_cgroups_ms")
+        if ms is None:
+            return "-"
+        return (f"{ms} ms; Go {synchronize[f'go_noop_synchronize_{size}_ms']} ms; "
+                f"{synchronize[f'synchronize_{size}_cgroups_ratio']}x")
+
+    def rss(size: int) -> str:
+        after_sync = synchronize.get(f"nri_plugin_rss_after_synchronize_{size}_kib")
+        synced = f"{int(after_sync) / 1024:.1f}" if isinstance(after_sync, int) else "-"
+        at = churns[size]
+        return f"{at['nri_rss_mb_steady']} / {synced} MiB; Go {at['go_noop_rss_mb_steady']}"
+
+    lines = [f"| live containers | {' | '.join(f'{size:,}' for size in sizes)} |",
+             f"|---|{'---|' * len(sizes)}"]
+    lines += [f"| {label} | {cells(trip(key))} |" for label, key in SCALE_ROWS]
+    lines.append(f"| CPU per pod | {cells(lambda s: _cpu(churns[s]))} |")
+    lines.append(f"| Synchronize of that many | {cells(synchronized)} |")
+    lines.append(f"| RSS after the churn / after Synchronize | {cells(rss)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cpu(at: dict[str, object]) -> str:
+    return f"{at['nri_cpu_us_per_pod']:,} µs; Go {at['go_noop_cpu_us_per_pod']:,}; {at['cpu_per_pod_ratio']}x"

@@ -10,7 +10,17 @@ from benchmark.cgroup_tree import CgroupTree
 from benchmark.messages import pod_start, pod_stop
 from benchmark.node import bench_engine, burstable_pod, classic, pod_level
 from benchmark.runtime_peer import go_event_names
-from benchmark.stats import FIRST, LATER, Trip, block_order, compared, comparison, percentile
+from benchmark.stats import (
+    FIRST,
+    LATER,
+    SCALE_ROWS,
+    Trip,
+    block_order,
+    compared,
+    comparison,
+    percentile,
+    scale_table,
+)
 
 from podlevel.agent.placement import Placement
 from podlevel.agent.plugin import PodLevelPlugin
@@ -117,3 +127,23 @@ def test_the_cgroup_tree_is_kept_as_the_runtime_keeps_it(tmp_path: Path) -> None
     removed = api.StateChangeEvent(event=api.REMOVE_CONTAINER, container=request.container)
     tree.answered("StateChange", removed, api.Empty())
     assert not directory.exists()
+
+
+def test_the_scale_table_puts_each_size_beside_synchronize_of_the_same_size() -> None:
+    def churn(us: float, ratio: float) -> dict[str, object]:
+        keys: dict[str, object] = {"nri_cpu_us_per_pod": 4000, "go_noop_cpu_us_per_pod": 800,
+                                   "cpu_per_pod_ratio": 5.0, "nri_rss_mb_steady": 41.5,
+                                   "go_noop_rss_mb_steady": 16.0}
+        for _, key in SCALE_ROWS:
+            keys |= {f"nri_{key}_us_p50": us, f"nri_{key}_us_p99": 2 * us,
+                     f"go_noop_{key}_us_p50": us / ratio, f"{key}_ratio_p50": ratio}
+        return keys
+
+    synchronize = {"nri_synchronize_400_cgroups_ms": 75.0, "go_noop_synchronize_400_ms": 11.0,
+                   "synchronize_400_cgroups_ratio": 6.8, "nri_plugin_rss_after_synchronize_400_kib": 41677}
+    table = scale_table({5000: churn(1023.4, 10.7), 400: churn(1037.0, 10.3)}, synchronize).splitlines()
+    assert table[0] == "| live containers | 400 | 5,000 |"
+    assert table[2] == "| RunPodSandbox | 1,037 µs (2,074); Go 101; 10.3x | 1,023 µs (2,047); Go 96; 10.7x |"
+    assert table[-2] == "| Synchronize of that many | 75.0 ms; Go 11.0 ms; 6.8x | - |"
+    assert table[-1] == ("| RSS after the churn / after Synchronize | 41.5 / 40.7 MiB; Go 16.0 | "
+                         "41.5 / - MiB; Go 16.0 |")
