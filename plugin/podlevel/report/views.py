@@ -118,6 +118,7 @@ def node_json(snapshot: NodeSnapshot, paths: PathsDocument) -> NodeDocument:
     engine, view = snapshot.engine, snapshot.placement
     state = view.state
     cpu, memory = checkpoints_of(engine, state)
+    exclusive, own_memory = _held_as_own(engine, state)
     return {
         "generation": snapshot.generation,
         "synchronized": snapshot.synchronized,
@@ -126,8 +127,7 @@ def node_json(snapshot: NodeSnapshot, paths: PathsDocument) -> NodeDocument:
         "topology": topology_json(engine.topology),
         "node_shared_pool": str(engine.node_shared_pool(state)),
         "numa_nodes": numa_usage(
-            engine.topology.cpus_by_numa, engine.reserved_cpus, _exclusive(engine, state), state,
-            _own_memory(engine, state),
+            engine.topology.cpus_by_numa, engine.reserved_cpus, exclusive, state, own_memory
         ),
         "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
         "checkpoint": {"cpu": encode(cpu).decode(), "memory": encode(memory).decode()},
@@ -155,26 +155,19 @@ def topology_json(topology: Topology) -> TopologyDocument:
     }
 
 
-def _exclusive(engine: Engine, state: NodeState) -> CPUSet:
-    """The CPUs containers hold as their own (pod or node exclusive). The checkpoint cannot tell: it records
-    a pod shared pool container's CPUs beside the exclusive slices."""
-    return CPUSet.union_of(
-        c.cpus
-        for uid in state.pods
-        for c in engine.decision(state, uid).containers
-        if c.assignment.exclusive
-    )
-
-
-def _own_memory(engine: Engine, state: NodeState) -> list[MemoryBlock]:
-    """The memory blocks containers hold as their own (pod or node exclusive), as PodResources lists them."""
-    return [
-        block
-        for uid in state.pods
-        for c in engine.decision(state, uid).containers
-        if c.memory_own
-        for block in state.memory.blocks(uid, c.name) or ()
-    ]
+def _held_as_own(engine: Engine, state: NodeState) -> tuple[CPUSet, list[MemoryBlock]]:
+    """The CPUs and the memory blocks containers hold as their own (pod or node exclusive), from one decision
+    per pod, as PodResources lists them. The checkpoint cannot tell: it records a pod shared pool container's
+    CPUs and blocks beside the exclusive ones."""
+    cpus: list[CPUSet] = []
+    blocks: list[MemoryBlock] = []
+    for uid in state.pods:
+        for c in engine.decision(state, uid).containers:
+            if c.assignment.exclusive:
+                cpus.append(c.cpus)
+            if c.memory_own:
+                blocks.extend(state.memory.blocks(uid, c.name) or ())
+    return CPUSet.union_of(cpus), blocks
 
 
 def outside_bubbles(memory: MemoryState) -> list[MemoryBlock]:
