@@ -152,11 +152,11 @@ class PodLevelPlugin(Handler):
         self.pod_cgroups = pod_cgroups
         self.observer = observer or Observer()
         self._writer = None if state is None else CheckpointWriter(state, self._write_failed, self._written)
-        self._saved: NodeState | None = placement.state
-        """The engine state last handed to the writer (state objects are immutable); None: write again."""
-        self._submitted_state: NodeState | None = None
-        """The state of the last submission, which the next one's journal record is taken against; None
-        before the first (which the files must hold whole before any record builds on it)."""
+        self._submitted: NodeState = placement.state
+        """The engine state last handed to the writer (state objects are immutable), which the next
+        submission's journal record is taken against."""
+        self._resubmit = False
+        """The last write failed: the next `_commit` submits even an unchanged state."""
         self._save_error: str | None = None
         self._cgroups_paths: dict[str, str] = {}
         self._refusals: dict[str, str] = {}
@@ -221,10 +221,10 @@ class PodLevelPlugin(Handler):
         `within` seconds), and hand the pod cgroups' changes to their writer. Answers that apply a decision
         call `_durable` before they leave."""
         current = self.placement.state
-        if self._writer is not None and (force or current is not self._saved):
-            before, self._saved, self._submitted_state = self._submitted_state, current, current
-            record = encode_record(delta_of(before, current)) if before is not None else None
-            self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within, record=record)
+        if self._writer is not None and (force or self._resubmit or current is not self._submitted):
+            before, self._submitted, self._resubmit = self._submitted, current, False
+            self._writer.submit(*checkpoints_of(self.placement.engine, current), within=within,
+                                record=lambda: encode_record(delta_of(before, current)))
         changed = self.placement.take_pod_cgroup_changes()  # taken even unused: the set would only grow
         cgroups = self.pod_cgroups
         if cgroups is not None and (changed or cgroups.pending):
@@ -248,12 +248,12 @@ class PodLevelPlugin(Handler):
     # `_write_failed` and `_written` run on the writer's (or the sync) thread and take no lock: an event
     # handler holds `_lock` while `_durable` waits for that very thread, so taking it here would deadlock.
     # They are safe without it because each sets `_stale` last, after the fields it changed, and `snapshot`
-    # clears `_stale` before it reads them: a snapshot either sees the new values or is made again. `_saved`
-    # is only ever set to None here, which makes the next `_commit` write again; the worst a race costs is
-    # one extra write.
+    # clears `_stale` before it reads them: a snapshot either sees the new values or is made again.
+    # `_resubmit` is only ever set True here, which makes the next `_commit` write again; the worst a race
+    # costs is one extra write.
     def _write_failed(self, err: Exception) -> None:
         """From the writer's thread: count, log a new error once, and write again at the next event."""
-        self._saved = None
+        self._resubmit = True
         self.observer.checkpoint_failed()
         if str(err) != self._save_error:
             path = self.state.path if self.state is not None else None

@@ -92,20 +92,21 @@ class CheckpointWriter:
 
     def submit(
         self, cpu: CPUCheckpoint | None, memory: MemoryCheckpoint | None, *, within: float = 0.0,
-        record: bytes | None = None,
+        record: Callable[[], bytes] | None = None,
     ) -> None:
         """Write these contents, replacing any submitted before that are not written yet: at once, or, with
         `within` seconds, by then at the latest (a newer submission or a `wait` writes them sooner). A
-        release is written so: the admission that usually follows it writes both in one go. `record`, the
-        journal record of what changed since the previous submission, makes the submission recorded at once
-        (written within `FOLD_WITHIN_S`) once the files hold a state to build on."""
+        release is written so: the admission that usually follows it writes both in one go. `record` makes
+        the journal record of what changed since the previous submission: once the files hold a state to build
+        on, it is made and appended, and the submission is recorded at once (written within `FOLD_WITHIN_S`);
+        before that it is never made."""
         with self._changed:
             if self._closed:
                 raise RuntimeError("checkpoint writer closed")
             recorded = False
             if record is not None and self._based:
                 try:
-                    self.state.append(record)
+                    self.state.append(record())
                 except Exception as err:
                     _report(self._on_failure, err)
                 else:

@@ -182,12 +182,14 @@ def _answered(writer: CheckpointWriter) -> bool:
 def test_a_recorded_submission_is_answered_before_the_files_are_written(tmp_path: Path) -> None:
     gate = CheckpointGate()
     writer = CheckpointWriter(StateDir(tmp_path, writer=gate), on_failure=lambda err: None)
-    writer.submit(_cpu("0"), None, record=b"\0\0\0\0before the base")
+    made: list[bytes] = []
+    writer.submit(_cpu("0"), None, record=lambda: made.append(b"") or b"\0\0\0\0before the base")
     writer.wait()
     assert journal_files(tmp_path) == [], "no record is kept before the files hold a state to build on"
+    assert made == [], "nor made"
     gate.open.clear()
-    writer.submit(_cpu("1"), None, record=b"\0\0\0\0one")
-    writer.submit(_cpu("2"), None, record=b"\0\0\0\0two")
+    writer.submit(_cpu("1"), None, record=lambda: b"\0\0\0\0one")
+    writer.submit(_cpu("2"), None, record=lambda: b"\0\0\0\0two")
     assert _answered(writer)
     assert _on_disk(tmp_path) == _cpu("0")
     [(_, journal)] = journal_files(tmp_path)
@@ -204,11 +206,11 @@ def test_a_failed_write_keeps_the_journal_until_a_write_succeeds(tmp_path: Path)
     writer.submit(_cpu("0"), None)
     writer.wait()
     gate.fail_next = True
-    writer.submit(_cpu("1"), None, record=b"\0\0\0\0one", within=0)
+    writer.submit(_cpu("1"), None, record=lambda: b"\0\0\0\0one", within=0)
     assert _answered(writer) and gate.failed.wait(30)
     writer.wait()
     assert [path.read_bytes() for _, path in journal_files(tmp_path)] == [b"\0\0\0\0one"]
-    writer.submit(_cpu("2"), None, record=b"\0\0\0\0two")
+    writer.submit(_cpu("2"), None, record=lambda: b"\0\0\0\0two")
     writer.close()
     assert _on_disk(tmp_path) == _cpu("2") and journal_files(tmp_path) == []
     assert len(failures) == 1
