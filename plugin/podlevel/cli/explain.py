@@ -5,8 +5,8 @@ The plugin keeps its last decisions (per pod the latest, up to 256 pods) with th
 on, and replays admission on that state: the admission path, the topology manager scope and policy, what
 each NUMA node had free, each merge with every resource provider's hints (CPU manager, memory manager), the
 merged hint and whether the policy admitted it; then the decision, or the rule that refused the pod with its
-numbers. `--json` prints the endpoint's `/debug/explain` answer as it is (its shape is in the
-`podlevel.report.views` docstring).
+numbers. `--json` prints the endpoint's `/debug/explain` answer as it is (its shape is
+`podlevel.report.schema`'s `ExplainDocument`).
 
 Exit status: 0 with an explanation, 1 when the plugin keeps no decision about the pod, 2 on bad input or when
 the plugin does not answer (explanations live in the running plugin only).
@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from podlevel.cli.endpoint import BadInput, Unreachable, add_source_arguments, fetch
 from podlevel.engine.cfs import quota_text
@@ -26,6 +25,7 @@ from podlevel.engine.cpuset import CPUSet
 from podlevel.engine.errors import InputError
 from podlevel.engine.limits import check_dns1123_label, check_dns1123_subdomain, quote
 from podlevel.engine.quantity import format_amount, format_bytes
+from podlevel.report.schema import ExplainDocument, ExplainMissingDocument, HintDocument, ProviderDocument
 
 PROVIDER_NAMES = {"cpu": "CPU manager", "memory": "memory manager"}
 
@@ -54,15 +54,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"nri-podlevel explain: {err}", file=sys.stderr)
         return 2
     if status != 200:
-        refusal = answer.get("refusal")
+        missing = cast(ExplainMissingDocument, answer)
+        refusal = missing.get("refusal")
         refused = f"; it was refused: {refusal}" if refusal else ""
-        print(f"nri-podlevel explain: {answer.get('error')}{refused}", file=sys.stderr)
+        print(f"nri-podlevel explain: {missing.get('error')}{refused}", file=sys.stderr)
         return 1
-    print(json.dumps(answer, indent=2) if args.json else "\n".join(render(answer)))
+    print(json.dumps(answer, indent=2) if args.json else "\n".join(render(cast(ExplainDocument, answer))))
     return 0
 
 
-def render(answer: Mapping[str, Any]) -> list[str]:
+def render(answer: ExplainDocument) -> list[str]:
     pod = answer["pod"]
     outcome = "admitted" if answer["admitted"] else "refused"
     lines = [
@@ -99,7 +100,7 @@ def render(answer: Mapping[str, Any]) -> list[str]:
         for c in decision["containers"]:
             lines.append(f"    {c['name']}: {c['assignment']} cpus {c['cpus'] or '-'} mems {c['mems']} "
                          f"quota {quota_text(c['cpu_quota_us'])}")
-    refusal = answer.get("refusal")
+    refusal = answer["refusal"]
     if refusal and (error is None or refusal != f"{error['type']}: {error['message']}"):
         lines.append(f"  the runtime was answered: {refusal}")
     return lines
@@ -110,7 +111,7 @@ def _count(cpus: str) -> str:
     return f"{total} CPU{'s' if total != 1 else ''}"
 
 
-def _provider(hints: Mapping[str, Sequence[Mapping[str, Any]] | None] | None) -> str:
+def _provider(hints: ProviderDocument | None) -> str:
     if hints is None:
         return "no preference"
     parts = []
@@ -124,7 +125,7 @@ def _provider(hints: Mapping[str, Sequence[Mapping[str, Any]] | None] | None) ->
     return "; ".join(parts)
 
 
-def _hint(hint: Mapping[str, Any]) -> str:
+def _hint(hint: HintDocument) -> str:
     nodes = hint["numa_nodes"]
     plural = "s" if nodes is not None and len(nodes) > 1 else ""
     where = "any node" if nodes is None else f"node{plural} {','.join(map(str, nodes))}"

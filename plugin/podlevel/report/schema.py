@@ -1,6 +1,8 @@
-"""The `/debug/node` document's types: one schema for the producer (`report.views`) and its readers (`show`,
-`check`, `simulate --node`), so a renamed or retyped field fails type checking on both sides, not at an
-operator's terminal. CPU and NUMA-node sets are Linux list strings (`0-3,8`); sizes are bytes.
+"""The operator documents' types: `/debug/node` (`NodeDocument`, read by `show`, `check` and `simulate
+--node`) and `/debug/explain` (`ExplainDocument`, read by `explain`). One schema for the producer
+(`report.views`) and its readers, so a renamed or retyped field fails type checking on both sides, not at an
+operator's terminal. CPU and NUMA-node sets are Linux list strings (`0-3,8`); sizes are bytes, CPU amounts
+millicores.
 """
 
 from __future__ import annotations
@@ -119,3 +121,90 @@ class NodeDocument(TypedDict):
     pods: list[PodDocument]
     checkpoint: CheckpointDocument
     paths: PathsDocument
+
+
+# -- /debug/explain ---------------------------------------------------------------------------------------
+
+
+class PodRefDocument(TypedDict):
+    namespace: str
+    name: str
+    uid: str
+
+
+class FreeDocument(TypedDict):
+    """What a NUMA node had free before the decision."""
+
+    node: int
+    cpus: str
+    memory: dict[str, int]
+    """Resource name -> bytes."""
+
+
+class HintDocument(TypedDict):
+    numa_nodes: list[int] | None
+    """None: any NUMA node will do."""
+    preferred: bool
+
+
+ProviderDocument = dict[str, list[HintDocument] | None]
+"""Resource name -> the provider's hints for it: None is "no preference", an empty list "cannot be placed"."""
+
+
+class AlignmentDocument(TypedDict):
+    """One merge of the topology manager: for the pod (pod scope) or a container."""
+
+    container: str | None
+    requested: dict[str, int]
+    """Resource name -> millicores (cpu) or bytes."""
+    hints: dict[str, ProviderDocument | None]
+    """Provider (`cpu`: the CPU manager, `memory`: the memory manager) -> its hints; None: it gave none."""
+    merged: HintDocument
+    admitted: bool
+
+
+class ErrorDocument(TypedDict):
+    type: str
+    """The kubelet's admission error type (`TopologyAffinityError`, ...)."""
+    message: str
+
+
+class DecidedContainerDocument(TypedDict):
+    name: str
+    kind: str
+    assignment: str
+    cpus: str
+    mems: str
+    cpu_quota_us: int | None
+    cpu_period_us: int
+
+
+class DecisionDocument(TypedDict):
+    bubble: BubbleDocument | None
+    containers: list[DecidedContainerDocument]
+
+
+class ExplainDocument(TypedDict):
+    """Why a pod got what it got: admission replayed on the node state it was decided on."""
+
+    pod: PodRefDocument
+    path: str
+    """`pod-level resources`, `pod scope` or `container scope`."""
+    scope: str
+    topology_policy: str
+    within: str | None
+    """The CPUs admission was confined to (a pod taken back after a restart); None: the whole node."""
+    free: list[FreeDocument]
+    alignments: list[AlignmentDocument]
+    admitted: bool
+    error: ErrorDocument | None
+    decision: DecisionDocument | None
+    refusal: str | None
+    """What the runtime was last answered for this pod."""
+
+
+class ExplainMissingDocument(TypedDict):
+    """The 404 answer: no decision about the pod is kept."""
+
+    error: str
+    refusal: str | None

@@ -18,22 +18,10 @@ restarted plugin could not admit it again (it runs in the node shared pool). A `
 runtime's quota alone; `pod_cgroup` is what the plugin writes into the pod
 cgroup (null: nothing, the kubelet's cgroup stays); `shape` lets `simulate --node` rebuild the node.
 
-`/debug/explain?pod=NAMESPACE/NAME` (404 when no decision about the pod is kept; `refusal` then says what the
-runtime was answered, if anything):
-
-  {"pod": {"namespace": ..., "name": ..., "uid": ...}, "path": "pod-level resources" | "pod scope" |
-   "container scope", "scope": "pod", "topology_policy": "single-numa-node", "within": null | "1",
-   "free": [{"node": 0, "cpus": "1", "memory": {"memory": N}}],
-   "alignments": [{"container": null | "name", "requested": {"cpu": 1000, "memory": N},
-                   "hints": {"cpu": null | {"cpu": null | [{"numa_nodes": [0], "preferred": true}]},
-                             "memory": ...},
-                   "merged": {"numa_nodes": null | [0], "preferred": true}, "admitted": true}],
-   "admitted": true, "error": null | {"type": "TopologyAffinityError", "message": "..."},
-   "decision": null | {"bubble": null | {"cpus": ..., "mems": ...}, "containers": [...as simulate's]},
-   "refusal": null | "what the runtime was last answered for this pod"}
-
-`hints` gives each provider's answer (the CPU manager's, the memory manager's) per resource: null is "no
-preference", an empty list "cannot be placed"; `free` is what each NUMA node had before the decision.
+`/debug/explain?pod=NAMESPACE/NAME`: `report.schema`'s `ExplainDocument`, or with 404 an
+`ExplainMissingDocument` when no decision about the pod is kept (`refusal` then says what the runtime was
+answered, if anything). Each provider's hints per resource: null is "no preference", an empty list "cannot
+be placed"; `free` is what each NUMA node had before the decision.
 """
 
 from __future__ import annotations
@@ -41,7 +29,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
-from typing import Any
 
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.bitmask import nodes_of
@@ -62,7 +49,12 @@ from podlevel.podspec.manifest import SHAPE_ANNOTATION, to_annotation
 from podlevel.report.schema import (
     BubbleDocument,
     ContainerDocument,
+    DecidedContainerDocument,
+    DecisionDocument,
     EngineDocument,
+    ExplainDocument,
+    ExplainMissingDocument,
+    HintDocument,
     NodeDocument,
     NumaCpus,
     NumaDocument,
@@ -70,6 +62,7 @@ from podlevel.report.schema import (
     PathsDocument,
     PodCgroupDocument,
     PodDocument,
+    ProviderDocument,
     TopologyDocument,
 )
 from podlevel.state.engine_state import checkpoints_of
@@ -92,10 +85,10 @@ def views(snapshot: Callable[[], NodeSnapshot], paths: PathsDocument) -> dict[st
         refusal = _refusal_of(current, namespace, name)
         recorded = current.decisions.latest(pod)
         if recorded is None:
-            missing = {"error": f"no decision about {pod} is kept", "refusal": refusal}
+            missing = ExplainMissingDocument(error=f"no decision about {pod} is kept", refusal=refusal)
             return _json(HTTPStatus.NOT_FOUND, missing)
         explained = explain(current.engine, recorded.state, recorded.pod, within=recorded.within)
-        return _json(HTTPStatus.OK, {**explanation_json(explained), "refusal": refusal})
+        return _json(HTTPStatus.OK, explanation_json(explained, refusal))
 
     return {"/debug/node": node, "/debug/explain": explain_view}
 
@@ -310,7 +303,7 @@ def bubble_json(decision: PodDecision) -> BubbleDocument | None:
     }
 
 
-def container_json(decision: ContainerDecision) -> dict[str, object]:
+def container_json(decision: ContainerDecision) -> DecidedContainerDocument:
     return {
         "name": decision.name,
         "kind": decision.kind.value,
@@ -322,11 +315,11 @@ def container_json(decision: ContainerDecision) -> dict[str, object]:
     }
 
 
-def decision_json(decision: PodDecision) -> dict[str, object]:
+def decision_json(decision: PodDecision) -> DecisionDocument:
     return {"bubble": bubble_json(decision), "containers": [container_json(c) for c in decision.containers]}
 
 
-def explanation_json(explained: Explanation) -> dict[str, Any]:
+def explanation_json(explained: Explanation, refusal: str | None) -> ExplainDocument:
     pod, error = explained.pod, explained.error
     return {
         "pod": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
@@ -351,10 +344,11 @@ def explanation_json(explained: Explanation) -> dict[str, Any]:
         "admitted": error is None,
         "error": None if error is None else {"type": error.type, "message": error.message},
         "decision": decision_json(explained.decision) if explained.decision is not None else None,
+        "refusal": refusal,
     }
 
 
-def _provider_json(hints: ProviderHints) -> dict[str, list[dict[str, Any]] | None] | None:
+def _provider_json(hints: ProviderHints) -> ProviderDocument | None:
     if hints is None:
         return None
     return {
@@ -363,7 +357,7 @@ def _provider_json(hints: ProviderHints) -> dict[str, list[dict[str, Any]] | Non
     }
 
 
-def _hint_json(hint: TopologyHint) -> dict[str, Any]:
+def _hint_json(hint: TopologyHint) -> HintDocument:
     nodes = None if hint.affinity is None else list(nodes_of(hint.affinity))
     return {"numa_nodes": nodes, "preferred": hint.preferred}
 
