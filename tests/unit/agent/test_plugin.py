@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +28,7 @@ from podlevel.engine.topology_manager import TopologyPolicyName
 from podlevel.nri import MAX_REPLY_BYTES, Code, RpcError, api
 from podlevel.nri.runtime import EVENTS_FROM_V0_10, RuntimeInfo
 from podlevel.podspec.manifest import SHAPE_ANNOTATION
+from podlevel.report.views import views
 from podlevel.state.engine_state import checkpoints_of
 from podlevel.state.formats import CPUCheckpoint
 from podlevel.state.store import StateDir, journal_files
@@ -559,6 +561,12 @@ def test_where_the_runtime_rolls_a_failed_sandbox_back_the_pod_is_refused_at_its
     plugin.stop_pod_sandbox(no_room)
     plugin.remove_pod_sandbox(no_room)
     assert plugin.snapshot.refusals == {} and plugin.snapshot.placement.sandboxes == {}
+    # The runtime removed the sandbox, so /debug/node lists nothing of the pod; explain still answers for it.
+    explain = views(lambda: plugin.snapshot, {"cgroup_root": None})["/debug/explain"]
+    explained = explain({"pod": ["default/no-room"]})
+    answer = json.loads(explained.body)
+    assert explained.status == 200 and answer["error"]["type"] == "EmptyPodSharedPoolError"
+    assert raised.value.message == f"{answer['error']['type']}: {answer['error']['message']}"
 
 
 def test_a_shape_the_sandbox_contradicts_fails_the_first_container_as_an_invalid_argument() -> None:
