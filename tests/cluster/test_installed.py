@@ -90,6 +90,8 @@ def test_a_pod_level_pod_is_annotated_and_placed(kube: Kube) -> None:
         assert files["main-app"][1].startswith("max "), f"main-app holds a slice: quota off, got {files}"
         show = kube.in_agent("nri-podlevel", "show")
         assert "pod-scope-mixed" in show
+        print(kube("get", "pods", "-o", "wide"))
+        print(kube("describe", "pod", "pod-scope-mixed").partition("Events:")[2])
     finally:
         kube.delete_pod("pod-scope-mixed")
 
@@ -131,6 +133,8 @@ def test_the_empty_shared_pool_pod_ends_in_create_container_error_naming_the_rul
         events = kube.json("get", "events", "--field-selector", "involvedObject.name=empty-shared-pool")
         messages = [e["message"] for e in events["items"] if e["reason"] == "Failed"]
         assert any(EMPTY_POD_SHARED_POOL_ERROR in m for m in messages), messages
+        print(kube("get", "pods", "-o", "wide"))
+        print(kube("describe", "pod", "empty-shared-pool").partition("Events:")[2])
     finally:
         kube.delete_pod("empty-shared-pool")
 
