@@ -24,6 +24,7 @@ from typing import Final
 import pytest
 from plugin_runner import RecordingHandler, running_plugin
 
+from podlevel.cli.endpoint import fetch
 from podlevel.engine.errors import EMPTY_POD_SHARED_POOL_ERROR
 from podlevel.engine.pod import Pod
 from podlevel.nri import Code, RpcError, api
@@ -155,6 +156,10 @@ def test_a_refused_pod_fails_at_its_sandbox_where_it_is_rolled_back_else_at_its_
         plugin.wait_for_line(refusal, LOG_TIMEOUT_S)
     assert f"{EMPTY_POD_SHARED_POOL_ERROR}: pod default/no-room: " in refused.value.details
     assert cri.list_containers() == []
+    # show lists it refused either way, from the sandbox the runtime keeps or from the last one it removed.
+    listed = {p["name"]: p for p in fetch(plugin.debug_address, "/debug/node")[1]["pods"]}
+    assert listed["no-room"]["status"] == "refused", listed["no-room"]
+    assert listed["no-room"]["refusal"].startswith(f"{EMPTY_POD_SHARED_POOL_ERROR}: pod default/no-room: ")
     fast_path = demo_pod("fast-path")
     fast = start_pod(cri, fast_path)
     assert applied(cri, fast.containers["main-app"]) == Applied(ASSIGNABLE, "0", quota_off(), ASSIGNABLE)

@@ -51,6 +51,7 @@ import functools
 import gc
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
@@ -65,7 +66,7 @@ from podlevel.agent.nri_messages import (
 )
 from podlevel.agent.placement import Placement
 from podlevel.agent.pod_cgroups import PodCgroupSink
-from podlevel.agent.records import Observed, Sandbox, Settings, runtime_pod_key
+from podlevel.agent.records import Observed, RefusedSandbox, Sandbox, Settings, runtime_pod_key
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.cfs import quota_text
 from podlevel.engine.cpuset import CPUSet
@@ -101,6 +102,12 @@ own answer is on its way: the write would take the interpreter from the answer."
 RELEASE_WRITTEN_WITHIN_S: Final = 0.1
 """A release the journal could not record is written by then at the latest, or with the next decision: a pod
 that goes is often replaced at once, and one write of both serves them."""
+REFUSED_SANDBOX_KEPT_S: Final = 300.0
+"""How long a pod refused at its sandbox, on a runtime that removes the sandbox, stays listed as refused after
+its last refusal: the kubelet tries a new sandbox every few seconds while the pod exists, so a pod no longer
+tried (deleted, or bound elsewhere) leaves the list by then."""
+REFUSED_SANDBOXES_KEPT: Final = 256
+"""At most this many such pods are listed, the most recently refused."""
 POD_CGROUP_WAIT_S: Final = 5.0
 """How long a container's creation waits for its pod's cgroup to be written before it goes on without (the
 write is logged and retried as any failed one)."""
@@ -146,8 +153,10 @@ class PodLevelPlugin(Handler):
         state: StateDir | None = None,
         pod_cgroups: PodCgroupSink | None = None,
         observer: Observer | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.placement = placement
+        self.clock = clock
         self.state = state
         self.pod_cgroups = pod_cgroups
         self.observer = observer or Observer()
@@ -160,6 +169,10 @@ class PodLevelPlugin(Handler):
         self._save_error: str | None = None
         self._cgroups_paths: dict[str, str] = {}
         self._refusals: dict[str, str] = {}
+        """sandbox id -> the last refusal of its pod, while the runtime keeps the sandbox."""
+        self._refused_sandboxes: dict[str, RefusedSandbox] = {}
+        """pod uid -> its last sandbox refused at RunPodSandbox where the runtime then removes it, oldest
+        refusal first; dropped once the pod is admitted, or `REFUSED_SANDBOX_KEPT_S` after its refusal."""
         self._refuse_sandboxes = False
         self._push_released = False
         self.send_updates: Callable[[Updates], Awaitable[Sequence[api.ContainerUpdate]]] | None = None
@@ -184,6 +197,7 @@ class PodLevelPlugin(Handler):
             placement = self.placement
             cgroups = self.pod_cgroups
             cgroups_version = cgroups.version if cgroups is not None else 0
+            self._expire_refused_sandboxes()
             if (placement.generation == self._published and not self._stale
                     and cgroups_version == self._cgroups_version):
                 return self._snapshot
@@ -200,8 +214,19 @@ class PodLevelPlugin(Handler):
                 self._synchronized,
                 self._snapshot.generation + 1,
                 placement.decisions,
+                dict(self._refused_sandboxes),
             )
             return self._snapshot
+
+    def _expire_refused_sandboxes(self) -> None:
+        horizon = self.clock() - REFUSED_SANDBOX_KEPT_S
+        kept = self._refused_sandboxes
+        while kept:
+            oldest = next(iter(kept))
+            if kept[oldest].at >= horizon:
+                return
+            del kept[oldest]
+            self._stale = True
 
     @property
     def handler_lock(self) -> threading.RLock:
@@ -349,13 +374,26 @@ class PodLevelPlugin(Handler):
         except (AdmissionError, InputError) as err:
             if not self._refuse_sandboxes:
                 return
-            raise self._refusal(pod, sandbox, err) from None
+            refusal = self._refusal(pod, sandbox, err)
+            self._keep_refused_sandbox(sandbox, refusal.message)
+            raise refusal from None
+        if self._refused_sandboxes.pop(sandbox.uid, None) is not None:
+            self._stale = True
         if decision is not None:
             self.observer.admitted(self.placement.state, decision)
         self._commit(within=ADMISSION_WRITTEN_WITHIN_S)
         if decision is not None and log.isEnabledFor(logging.INFO):
             bubble = "none" if decision.bubble_cpus is None else str(decision.bubble_cpus)
             log.info("admitted {pod}: bubble {bubble}", pod=_key(pod), bubble=bubble)
+
+    def _keep_refused_sandbox(self, sandbox: Sandbox, refusal: str) -> None:
+        """Keep the pod's refused sandbox for the views: the runtime removes it, and the kubelet tries a new
+        one while the pod exists."""
+        kept = self._refused_sandboxes
+        kept.pop(sandbox.uid, None)
+        kept[sandbox.uid] = RefusedSandbox(sandbox, refusal, self.clock())
+        if len(kept) > REFUSED_SANDBOXES_KEPT:
+            del kept[next(iter(kept))]
 
     @_locked
     def create_container(self, pod: api.PodSandbox, container: api.Container) -> CreateResult:

@@ -35,6 +35,18 @@ class Sandbox:
         return runtime_pod_key(self.namespace, self.name)
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedSandbox:
+    """A pod's last sandbox refused at its RunPodSandbox, on a runtime that then removes the sandbox: kept
+    for a while so that the operator views still list the pod as refused (see `PodLevelPlugin`)."""
+
+    sandbox: Sandbox
+    refusal: str
+    """What the runtime was answered (type: message)."""
+    at: float
+    """When, in the plugin's clock (monotonic seconds)."""
+
+
 def runtime_pod_key(namespace: str, name: str) -> str:
     """`namespace/name` of a pod as the runtime names it, bounded for messages (the runtime's names are any
     text; the engine's `Pod.key` names a pod already checked)."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from podlevel.agent.decisions import DecisionLog
-from podlevel.agent.records import PlacementView, PodCgroupSettings
+from podlevel.agent.records import PlacementView, PodCgroupSettings, RefusedSandbox
 from podlevel.engine.manager import Engine
 
 
@@ -37,3 +37,5 @@ class NodeSnapshot:
     decisions: DecisionLog = field(default_factory=DecisionLog)
     """The last decisions, for `explain`: the live log, not a copy (its one lookup is safe from any thread,
     see `agent.decisions`), so a snapshot costs nothing more for it."""
+    refused_sandboxes: Mapping[str, RefusedSandbox] = field(default_factory=dict)
+    """pod uid -> its last sandbox refused and removed by the runtime, oldest refusal first."""

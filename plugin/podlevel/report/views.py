@@ -13,10 +13,12 @@ not), `free` what admissions can still take; memory `reserved` is the system res
 budgets and `exclusive` the blocks of containers that hold their own share, inside a bubble or not, as the
 PodResources API reports them (a block over several nodes counted in equal parts).
 A managed pod is `pending` until it is admitted (at its RunPodSandbox; at its first container when the plugin
-did not see the sandbox start, or refused it then), `kept-out` when a
-restarted plugin could not admit it again (it runs in the node shared pool). A `cpu_quota_us` null leaves the
-runtime's quota alone; `pod_cgroup` is what the plugin writes into the pod
-cgroup (null: nothing, the kubelet's cgroup stays); `shape` lets `simulate --node` rebuild the node.
+did not see the sandbox start, or refused it then), `kept-out` when a restarted plugin could not admit it
+again (it runs in the node shared pool), `refused` while its refusal stands. Where the runtime removes a
+sandbox refused at its RunPodSandbox, the pod's last such sandbox is listed `refused` until the pod is
+admitted, or for `REFUSED_SANDBOX_KEPT_S` after its last refusal. A `cpu_quota_us` null leaves the runtime's
+quota alone; `pod_cgroup` is what the plugin writes into the pod cgroup (null: nothing, the kubelet's cgroup
+stays); `shape` lets `simulate --node` rebuild the node.
 
 `/debug/explain?pod=NAMESPACE/NAME`: `report.schema`'s `ExplainDocument`, or with 404 an
 `ExplainMissingDocument` when no decision about the pod is kept (`refusal` then says what the runtime was
@@ -30,6 +32,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 
+from podlevel.agent.records import RefusedSandbox, Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.bitmask import nodes_of
 from podlevel.engine.cpuset import CPUSet
@@ -101,6 +104,9 @@ def _refusal_of(snapshot: NodeSnapshot, namespace: str, name: str) -> str | None
     for sandbox_id, sandbox in snapshot.placement.sandboxes.items():
         if (sandbox.namespace, sandbox.name) == (namespace, name) and sandbox_id in snapshot.refusals:
             return snapshot.refusals[sandbox_id]
+    for kept in snapshot.refused_sandboxes.values():
+        if (kept.sandbox.namespace, kept.sandbox.name) == (namespace, name):
+            return kept.refusal
     return None
 
 
@@ -122,7 +128,11 @@ def node_json(snapshot: NodeSnapshot, paths: PathsDocument) -> NodeDocument:
         "numa_nodes": numa_usage(
             engine.topology.cpus_by_numa, engine.reserved_cpus, exclusive, state, own_memory
         ),
-        "pods": [_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes],
+        "pods": [
+            *(_pod_json(snapshot, sandbox_id) for sandbox_id in view.sandboxes),
+            *(_refused_pod_json(kept) for kept in snapshot.refused_sandboxes.values()
+              if kept.sandbox.id not in view.sandboxes),
+        ],
         "checkpoint": {"cpu": encode(cpu).decode(), "memory": encode(memory).decode()},
         "paths": paths,
     }
@@ -275,19 +285,38 @@ def _pod_json(snapshot: NodeSnapshot, sandbox_id: str) -> PodDocument:
             "cpu_period_us": settings.cpu_period_us,
             "cgroups_path": snapshot.cgroups_paths.get(container_id),
         })
+    return _pod_document(
+        sandbox, status, snapshot.refusals.get(sandbox_id),
+        shape=to_annotation(view.state.pods[uid]) if uid is not None else None,
+        bubble=bubble_json(decision) if decision is not None else None,
+        pod_cgroup=pod_cgroup,
+        containers=containers,
+    )
+
+
+def _refused_pod_json(kept: RefusedSandbox) -> PodDocument:
+    """A pod whose last sandbox was refused and removed by the runtime: nothing of it runs."""
+    return _pod_document(kept.sandbox, "refused", kept.refusal)
+
+
+def _pod_document(
+    sandbox: Sandbox, status: str, refusal: str | None, *, shape: str | None = None,
+    bubble: BubbleDocument | None = None, pod_cgroup: PodCgroupDocument | None = None,
+    containers: list[ContainerDocument] | None = None,
+) -> PodDocument:
     return {
         "namespace": sandbox.namespace,
         "name": sandbox.name,
         "uid": sandbox.uid,
-        "sandbox_id": sandbox_id,
+        "sandbox_id": sandbox.id,
         "managed": SHAPE_ANNOTATION in sandbox.annotations,
         "status": status,
-        "refusal": snapshot.refusals.get(sandbox_id),
-        "shape": to_annotation(view.state.pods[uid]) if uid is not None else None,
+        "refusal": refusal,
+        "shape": shape,
         "cgroup_parent": sandbox.cgroup_parent,
-        "bubble": bubble_json(decision) if decision is not None else None,
+        "bubble": bubble,
         "pod_cgroup": pod_cgroup,
-        "containers": containers,
+        "containers": containers or [],
     }
 
 

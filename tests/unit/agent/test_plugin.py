@@ -9,13 +9,14 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from podlevel.agent.events import Observer, error_type
 from podlevel.agent.nri_messages import by_settings, sandbox_of, updates_of
 from podlevel.agent.placement import Placement
-from podlevel.agent.plugin import PodLevelPlugin
+from podlevel.agent.plugin import REFUSED_SANDBOX_KEPT_S, REFUSED_SANDBOXES_KEPT, PodLevelPlugin
 from podlevel.agent.pod_cgroups import PodCgroups, PodCgroupWorker
 from podlevel.agent.records import Settings
 from podlevel.agent.startup import restored_state
@@ -561,12 +562,70 @@ def test_where_the_runtime_rolls_a_failed_sandbox_back_the_pod_is_refused_at_its
     plugin.stop_pod_sandbox(no_room)
     plugin.remove_pod_sandbox(no_room)
     assert plugin.snapshot.refusals == {} and plugin.snapshot.placement.sandboxes == {}
-    # The runtime removed the sandbox, so /debug/node lists nothing of the pod; explain still answers for it.
+    # The runtime removed the sandbox; explain still answers for the pod, with what the runtime was answered.
     explain = views(lambda: plugin.snapshot, {"cgroup_root": None})["/debug/explain"]
     explained = explain({"pod": ["default/no-room"]})
     answer = json.loads(explained.body)
     assert explained.status == 200 and answer["error"]["type"] == "EmptyPodSharedPoolError"
     assert raised.value.message == f"{answer['error']['type']}: {answer['error']['message']}"
+    assert answer["refusal"] == raised.value.message
+
+
+Listed = Callable[[], dict[str, tuple[str, Any]]]
+
+
+def _rolling_back(clock: Callable[[], float]) -> tuple[PodLevelPlugin, Listed]:
+    """A plugin on a runtime that removes a sandbox refused at its RunPodSandbox, and what /debug/node lists:
+    pod name -> (status, refusal)."""
+    plugin = PodLevelPlugin(Placement(new_engine()), clock=clock)
+    plugin.configure(RuntimeInfo("containerd", "2.4.2", "0.12.3", 5.0, 2.0, EVENTS_FROM_V0_10,
+                                 rolls_back_refused_sandbox=True), "")
+    node = views(lambda: plugin.snapshot, {"cgroup_root": None})["/debug/node"]
+
+    def listed() -> dict[str, tuple[str, Any]]:
+        return {p["name"]: (p["status"], p["refusal"]) for p in json.loads(node({}).body)["pods"]}
+
+    return plugin, listed
+
+
+def _refused_and_removed(plugin: PodLevelPlugin, pod: api.PodSandbox) -> str:
+    """Refused at its sandbox, which the runtime then removes; the refusal."""
+    with pytest.raises(RpcError) as raised:
+        plugin.run_pod_sandbox(pod)
+    plugin.stop_pod_sandbox(pod)
+    plugin.remove_pod_sandbox(pod)
+    return raised.value.message
+
+
+def test_a_pod_refused_at_a_sandbox_the_runtime_removes_is_listed_until_no_sandbox_is_refused_for_a_while(
+) -> None:
+    now = [0.0]
+    plugin, listed = _rolling_back(lambda: now[0])
+    no_room = sandbox(fast_path("no-room", 2, 2))
+    refusal = _refused_and_removed(plugin, no_room)
+    assert listed() == {"no-room": ("refused", refusal)}
+    now[0] = REFUSED_SANDBOX_KEPT_S - 1
+    retried = sandbox(fast_path("no-room", 2, 2))
+    retried.id = "sb-no-room-retried"  # the kubelet's next try: a new sandbox of the same pod
+    _refused_and_removed(plugin, retried)
+    now[0] = REFUSED_SANDBOX_KEPT_S + 1
+    assert listed() == {"no-room": ("refused", refusal)}, "listed once, from its last refusal"
+    assert [p.sandbox.id for p in plugin.snapshot.refused_sandboxes.values()] == ["sb-no-room-retried"]
+    now[0] = 2 * REFUSED_SANDBOX_KEPT_S
+    assert listed() == {}, "no sandbox refused for REFUSED_SANDBOX_KEPT_S: the pod is no longer tried"
+
+
+def test_a_pod_refused_at_a_removed_sandbox_leaves_the_list_once_admitted_and_the_list_is_bounded() -> None:
+    plugin, listed = _rolling_back(lambda: 0.0)
+    _refused_and_removed(plugin, sandbox(fast_path("no-room", 2, 2)))
+    fits = sandbox(fast_path("no-room", 4, 2))
+    fits.id = "sb-no-room-fits"
+    plugin.run_pod_sandbox(fits)
+    assert listed() == {"no-room": ("admitted", None)}
+    for index in range(REFUSED_SANDBOXES_KEPT + 1):
+        _refused_and_removed(plugin, sandbox(fast_path(f"p{index}", 2, 2)))
+    refused = [name for name, (status, _) in listed().items() if status == "refused"]
+    assert refused == [f"p{index}" for index in range(1, REFUSED_SANDBOXES_KEPT + 1)]
 
 
 def test_a_shape_the_sandbox_contradicts_fails_the_first_container_as_an_invalid_argument() -> None:
