@@ -104,8 +104,9 @@ RELEASE_WRITTEN_WITHIN_S: Final = 0.1
 that goes is often replaced at once, and one write of both serves them."""
 REFUSED_SANDBOX_KEPT_S: Final = 300.0
 """How long a pod refused at its sandbox, on a runtime that removes the sandbox, stays listed as refused after
-its last refusal: the kubelet keeps trying new sandboxes (seconds apart) while the pod exists, so a pod no
-longer tried (deleted, or bound elsewhere) leaves the list by then."""
+its last refusal. The kubelet tries a new sandbox while the pod exists: a failed pod sync is retried after
+10 s (with up to half again of jitter), and never later than its sync frequency (1 minute by default) with
+the same jitter allows; so a pod no longer tried (deleted, or bound elsewhere) leaves the list by then."""
 REFUSED_SANDBOXES_KEPT: Final = 256
 """At most this many such pods are listed, the most recently refused."""
 POD_CGROUP_WAIT_S: Final = 5.0
