@@ -61,7 +61,7 @@ from podlevel.engine.topology_manager import Scope, TopologyManagerOptions, Topo
 from podlevel.podspec.manifest import from_annotation
 from podlevel.podspec.workloads import load_pods
 from podlevel.report.schema import EngineDocument, NodeDocument
-from podlevel.report.views import decision_json, nodes_text, topology_json
+from podlevel.report.views import decision_json, error_json, nodes_text, topology_json
 from podlevel.state.engine_state import node_state
 from podlevel.state.formats import CPUCheckpoint, MemoryCheckpoint, decode
 from podlevel.sysfs import read_topology
@@ -263,7 +263,7 @@ def _pod_json(outcome: Outcome, decision: PodDecision | None) -> dict[str, objec
         "name": outcome.pod.name,
         "namespace": outcome.pod.namespace,
         "admitted": error is None,
-        "error": None if error is None else {"type": error.type, "message": error.message},
+        "error": error_json(error),
         **(decision_json(decision) if decision is not None else {"bubble": None, "containers": []}),
     }
 

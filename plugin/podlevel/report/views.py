@@ -36,6 +36,7 @@ from podlevel.agent.records import RefusedSandbox, Sandbox
 from podlevel.agent.snapshot import NodeSnapshot
 from podlevel.engine.bitmask import nodes_of
 from podlevel.engine.cpuset import CPUSet
+from podlevel.engine.errors import AdmissionError
 from podlevel.engine.explain import Explanation, explain
 from podlevel.engine.manager import (
     ContainerDecision,
@@ -55,6 +56,7 @@ from podlevel.report.schema import (
     DecidedContainerDocument,
     DecisionDocument,
     EngineDocument,
+    ErrorDocument,
     ExplainDocument,
     ExplainMissingDocument,
     HintDocument,
@@ -348,6 +350,11 @@ def decision_json(decision: PodDecision) -> DecisionDocument:
     return {"bubble": bubble_json(decision), "containers": [container_json(c) for c in decision.containers]}
 
 
+def error_json(error: AdmissionError | None) -> ErrorDocument | None:
+    """A refusal's kubelet error type and message (explain's and simulate's `error`)."""
+    return None if error is None else {"type": error.type, "message": error.message}
+
+
 def explanation_json(explained: Explanation, refusal: str | None) -> ExplainDocument:
     pod, error = explained.pod, explained.error
     return {
@@ -371,7 +378,7 @@ def explanation_json(explained: Explanation, refusal: str | None) -> ExplainDocu
             for alignment in explained.alignments
         ],
         "admitted": error is None,
-        "error": None if error is None else {"type": error.type, "message": error.message},
+        "error": error_json(error),
         "decision": decision_json(explained.decision) if explained.decision is not None else None,
         "refusal": refusal,
     }
