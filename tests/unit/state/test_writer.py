@@ -183,7 +183,12 @@ def test_a_recorded_submission_is_answered_before_the_files_are_written(tmp_path
     gate = CheckpointGate()
     writer = CheckpointWriter(StateDir(tmp_path, writer=gate), on_failure=lambda err: None)
     made: list[bytes] = []
-    writer.submit(_cpu("0"), None, record=lambda: made.append(b"") or b"\0\0\0\0before the base")
+
+    def record() -> bytes:
+        made.append(b"\0\0\0\0before the base")
+        return made[-1]
+
+    writer.submit(_cpu("0"), None, record=record)
     writer.wait()
     assert journal_files(tmp_path) == [], "no record is kept before the files hold a state to build on"
     assert made == [], "nor made"
